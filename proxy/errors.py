@@ -1,0 +1,84 @@
+"""The one exception tree every room raises.
+
+Rooms below the HTTP layer (core, store, embedding, filters) raise these kinds; each API front-end maps a
+kind to its own wire shape in exactly one place (``proxy.api.opensearch_errors`` for the OpenSearch
+envelope, ``proxy.api.goodmem_errors`` for GoodMem's). A handler never builds an error body itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BadRequest",
+    "Conflict",
+    "DeadlineExceeded",
+    "Forbidden",
+    "MemproxyError",
+    "NotFound",
+    "Overloaded",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+]
+
+
+class MemproxyError(Exception):
+    """Base of every error memproxy reports to a client.
+
+    ``status`` is the HTTP status; ``os_type`` is the OpenSearch ``error.type`` the OpenSearch front-end
+    uses (ml-commons' own texts), and ``details`` carries extra keys for the error body (e.g. a filter
+    error's position).
+    """
+
+    status: int = 500
+    os_type: str = "status_exception"
+
+    def __init__(self, message: str, *, os_type: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        if os_type is not None:
+            self.os_type = os_type
+        self.details: dict[str, Any] = details or {}
+
+
+class BadRequest(MemproxyError):
+    status = 400
+    os_type = "illegal_argument_exception"
+
+
+class Unauthenticated(MemproxyError):
+    status = 401
+
+
+class Forbidden(MemproxyError):
+    status = 403
+
+
+class NotFound(MemproxyError):
+    status = 404
+
+
+class Conflict(MemproxyError):
+    status = 409
+
+
+class Overloaded(MemproxyError):
+    """Refused at once because a bounded queue is full (the embedder's, say): retry later."""
+
+    status = 429
+    os_type = "rejected_execution_exception"
+
+
+class Unimplemented(MemproxyError):
+    status = 501
+
+
+class Unavailable(MemproxyError):
+    """OpenSearch (or another backend) cannot be reached."""
+
+    status = 503
+
+
+class DeadlineExceeded(MemproxyError):
+    status = 504
