@@ -27,19 +27,27 @@ class MemproxyError(Exception):
     """Base of every error memproxy reports to a client.
 
     ``status`` is the HTTP status; ``os_type`` is the OpenSearch ``error.type`` the OpenSearch front-end
-    uses (ml-commons' own texts), and ``details`` carries extra keys for the error body (e.g. a filter
-    error's position).
+    uses (ml-commons' own texts); ``details`` carries extra keys for the error body (e.g. a filter error's
+    position; ``caused_by`` for the OpenSearch envelope) and ``headers`` extra response headers.
     """
 
     status: int = 500
     os_type: str = "status_exception"
 
-    def __init__(self, message: str, *, os_type: str | None = None, details: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        os_type: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.message = message
         if os_type is not None:
             self.os_type = os_type
         self.details: dict[str, Any] = details or {}
+        self.headers: dict[str, str] = headers or {}
 
 
 class BadRequest(MemproxyError):

@@ -1,0 +1,34 @@
+"""``python -m proxy`` / ``memproxy``: run the proxy in the foreground."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from proxy.app import make_app
+from proxy.config import parse_settings
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    settings = parse_settings(argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    web.run_app(
+        make_app(settings),
+        host=settings.host,
+        port=settings.port,
+        access_log=None,
+        print=lambda _: print(f"memproxy listening on http://{settings.host}:{settings.port}", flush=True),
+    )
+
+
+if __name__ == "__main__":
+    main()

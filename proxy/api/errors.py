@@ -1,0 +1,75 @@
+"""Errors → HTTP, in one place.
+
+Each API has one error shape: OpenSearch's ``{"error": {...}, "status": N}`` for everything that is not
+GoodMem, and GoodMem's ``{"error": "...", "status": N}`` under ``/v1/``. Handlers raise
+:class:`proxy.errors.MemproxyError` kinds; this middleware renders them. Anything unexpected is logged with
+its traceback and answered as a clean 500 in the caller's shape, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from proxy.errors import MemproxyError
+from proxy.store.client import OpenSearchError
+
+__all__ = ["error_middleware", "goodmem_error_body", "is_goodmem_path", "opensearch_error_body"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_goodmem_path(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def opensearch_error_body(exc: MemproxyError) -> dict[str, Any]:
+    """The OpenSearch envelope; errors answered by the node itself are relayed as the node wrote them."""
+    if isinstance(exc, OpenSearchError):
+        return {"error": exc.body, "status": exc.status}
+    cause: dict[str, Any] = {"type": exc.os_type, "reason": exc.message}
+    cause.update({k: v for k, v in exc.details.items() if k != "caused_by"})
+    error: dict[str, Any] = {"root_cause": [dict(cause)], **cause}
+    if exc.details.get("caused_by"):
+        error["caused_by"] = exc.details["caused_by"]
+    return {"error": error, "status": exc.status}
+
+
+def goodmem_error_body(exc: MemproxyError) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": exc.message, "status": exc.status}
+    body.update({k: v for k, v in exc.details.items() if k not in body})
+    return body
+
+
+def render_error(request: web.Request, exc: MemproxyError) -> web.Response:
+    if is_goodmem_path(request.path):
+        body = goodmem_error_body(exc)
+    else:
+        body = opensearch_error_body(exc)
+    return web.Response(
+        status=exc.status,
+        text=json.dumps(body, ensure_ascii=False),
+        content_type="application/json",
+        headers=exc.headers or None,
+    )
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except MemproxyError as exc:
+        if exc.status >= 500:
+            log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc.message)
+        return render_error(request, exc)
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return render_error(request, MemproxyError("Internal server error"))

@@ -1,0 +1,47 @@
+"""``GET /_memproxy/health``: the proxy's own state and the cluster's, in one JSON document."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from proxy import __version__
+from proxy.app_keys import EMBEDDERS, SETTINGS, STARTED_AT, STORE
+from proxy.errors import MemproxyError
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/_memproxy/health")
+async def health(request: web.Request) -> web.Response:
+    app = request.app
+    try:
+        cluster = await app[STORE].cluster_health()
+        cluster_view = {
+            "status": cluster.get("status"),
+            "cluster_name": cluster.get("cluster_name"),
+            "number_of_nodes": cluster.get("number_of_nodes"),
+        }
+        status = "ok" if cluster.get("status") in {"green", "yellow"} else "degraded"
+    except MemproxyError as exc:
+        cluster_view = {"status": "unavailable", "error": exc.message}
+        status = "degraded"
+    cluster_view["url"] = app[SETTINGS].opensearch_url
+    body = {
+        "status": status,
+        "proxy": {
+            "name": "memproxy",
+            "version": __version__,
+            "uptime_s": round(time.monotonic() - app[STARTED_AT], 3),
+            "embedders": [
+                {"id": i.id, "name": i.name, "dimension": i.dimension, "device": i.device, "dtype": i.dtype}
+                for i in app[EMBEDDERS].infos()
+            ],
+        },
+        "cluster": cluster_view,
+        "settings": app[SETTINGS].masked(),
+    }
+    return web.json_response(body)

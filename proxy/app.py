@@ -1,0 +1,64 @@
+"""The aiohttp application: state, lifecycle and routes.
+
+Setup and teardown live in ``cleanup_ctx`` (store first, so embedders can fail start-up cleanly after it);
+routes are mounted API by API, and the pass-through catch-all comes last so memproxy's own routes win.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from proxy.api import health
+from proxy.api.errors import error_middleware
+from proxy.api.passthrough import passthrough
+from proxy.app_keys import EMBEDDERS, SETTINGS, STARTED_AT, STORE
+from proxy.config import Settings
+from proxy.embedding import EmbedderRegistry, EmbedderSpec, EngineOptions
+from proxy.store.client import Store
+
+__all__ = ["make_app"]
+
+log = logging.getLogger(__name__)
+
+# Bulk writes of memories can be large; pass-through bodies stream and are not bound by this.
+MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[STORE] = Store(app[SETTINGS])
+    yield
+    await app[STORE].close()
+
+
+async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    specs = [EmbedderSpec(id=i.split("=", 1)[0].strip(), path=i.split("=", 1)[1].strip()) for i in settings.embedders]
+    options = EngineOptions(
+        device=settings.embed_device,
+        dtype=settings.embed_dtype,
+        threads=settings.embed_threads,
+        max_batch_tokens=settings.embed_max_batch_tokens,
+        max_queue=settings.embed_max_queue,
+    )
+    registry = EmbedderRegistry.from_specs(specs, options)
+    await registry.start()
+    app[EMBEDDERS] = registry
+    for info in registry.infos():
+        log.info("embedder %s (%s, %d-d) on %s/%s", info.id, info.name, info.dimension, info.device, info.dtype)
+    yield
+    await registry.close()
+
+
+def make_app(settings: Settings) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app[SETTINGS] = settings
+    app[STARTED_AT] = time.monotonic()
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(_embedders_ctx)
+    app.add_routes(health.routes)
+    app.router.add_route("*", "/{tail:.*}", passthrough)
+    return app

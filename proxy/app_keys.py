@@ -1,0 +1,16 @@
+"""Typed state on the aiohttp application (``web.AppKey``), shared by every room's handlers."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.config import Settings
+from proxy.embedding import EmbedderRegistry
+from proxy.store.client import Store
+
+__all__ = ["EMBEDDERS", "SETTINGS", "STARTED_AT", "STORE"]
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE = web.AppKey("store", Store)
+EMBEDDERS = web.AppKey("embedders", EmbedderRegistry)
+STARTED_AT = web.AppKey("started_at", float)

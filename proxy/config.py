@@ -1,0 +1,126 @@
+"""Settings: one object, filled from command-line flags and environment variables, validated at start-up."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["Settings", "parse_settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    opensearch_url: str = "http://127.0.0.1:9250"
+    host: str = "127.0.0.1"
+    port: int = 9280
+    # Credentials memproxy uses for its own calls to a secured cluster. Pass-through requests carry the
+    # client's own Authorization header instead, so the proxy never widens anyone's access.
+    opensearch_username: str | None = None
+    opensearch_password: str | None = None
+    opensearch_ca_certs: str | None = None
+    opensearch_verify_certs: bool = True
+    opensearch_client_cert: str | None = None
+    opensearch_client_key: str | None = None
+    opensearch_timeout_s: float = 60.0
+    # Local embedding models: "ID=PATH" entries added to the built-in default.
+    embedders: tuple[str, ...] = ()
+    embed_device: str = "auto"
+    embed_dtype: str = "auto"
+    embed_threads: int | None = None
+    embed_max_batch_tokens: int = 16384
+    embed_max_queue: int = 1024
+    log_level: str = "INFO"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as JSON, secrets masked (shown by ``GET /_memproxy/health``)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "opensearch_password" and value:
+                value = "***"
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+# flag, env var, type, help
+_OPTIONS: list[tuple[str, str, type, str]] = [
+    ("opensearch-url", "OPENSEARCH_URL", str, "OpenSearch cluster URL"),
+    ("host", "MEMPROXY_HOST", str, "address to listen on"),
+    ("port", "MEMPROXY_PORT", int, "port to listen on"),
+    ("opensearch-username", "OPENSEARCH_USERNAME", str, "basic-auth user for memproxy's own calls"),
+    ("opensearch-password", "OPENSEARCH_PASSWORD", str, "basic-auth password for memproxy's own calls"),
+    ("opensearch-ca-certs", "OPENSEARCH_CA_CERTS", str, "CA bundle for a TLS cluster"),
+    ("opensearch-client-cert", "OPENSEARCH_CLIENT_CERT", str, "client certificate (mutual TLS)"),
+    ("opensearch-client-key", "OPENSEARCH_CLIENT_KEY", str, "client key (mutual TLS)"),
+    ("opensearch-timeout-s", "OPENSEARCH_TIMEOUT_S", float, "timeout of one OpenSearch call"),
+    ("embed-device", "MEMPROXY_EMBED_DEVICE", str, "auto | cpu | cuda | cuda:N"),
+    ("embed-dtype", "MEMPROXY_EMBED_DTYPE", str, "auto | float32 | bfloat16 | float16"),
+    ("embed-threads", "MEMPROXY_EMBED_THREADS", int, "torch intra-op threads (default: torch's)"),
+    ("embed-max-batch-tokens", "MEMPROXY_EMBED_MAX_BATCH_TOKENS", int, "padded tokens per model batch"),
+    ("embed-max-queue", "MEMPROXY_EMBED_MAX_QUEUE", int, "queued texts before refusing with 429"),
+    ("log-level", "MEMPROXY_LOG_LEVEL", str, "DEBUG | INFO | WARNING | ERROR"),
+]
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if text.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memproxy", description="Agentic memory (ml-commons and GoodMem APIs) on OpenSearch."
+    )
+    for flag, env, typ, help_text in _OPTIONS:
+        parser.add_argument(f"--{flag}", type=typ, default=None, help=f"{help_text} (env {env})")
+    parser.add_argument(
+        "--opensearch-verify-certs",
+        type=_bool,
+        default=None,
+        help="verify the cluster's TLS certificate (env OPENSEARCH_VERIFY_CERTS, default true)",
+    )
+    parser.add_argument(
+        "--embedder",
+        action="append",
+        default=None,
+        metavar="ID=PATH",
+        help="register a local sentence-transformers model directory under ID; repeatable "
+        "(env MEMPROXY_EMBEDDERS, comma separated)",
+    )
+    return parser
+
+
+def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Flags win over environment variables, which win over the defaults."""
+    env = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    values: dict[str, Any] = {}
+    for flag, env_name, typ, _ in _OPTIONS:
+        name = flag.replace("-", "_")
+        value = getattr(args, name)
+        if value is None and env.get(env_name):
+            try:
+                value = typ(env[env_name])
+            except ValueError:
+                raise SystemExit(f"memproxy: invalid {env_name}={env[env_name]!r}") from None
+        if value is not None:
+            values[name] = value
+    if args.opensearch_verify_certs is not None:
+        values["opensearch_verify_certs"] = args.opensearch_verify_certs
+    elif env.get("OPENSEARCH_VERIFY_CERTS"):
+        values["opensearch_verify_certs"] = _bool(env["OPENSEARCH_VERIFY_CERTS"])
+    embedders = args.embedder or [e for e in env.get("MEMPROXY_EMBEDDERS", "").split(",") if e.strip()]
+    for entry in embedders:
+        if "=" not in entry:
+            raise SystemExit(f"memproxy: --embedder expects ID=PATH, got {entry!r}")
+    values["embedders"] = tuple(e.strip() for e in embedders)
+    if "opensearch_url" in values:
+        values["opensearch_url"] = values["opensearch_url"].rstrip("/")
+    return Settings(**values)

@@ -1,0 +1,139 @@
+"""The foundation: index templates on the real node, health, and the transparent pass-through."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.request
+import uuid
+
+import pytest
+from opensearchpy import NotFoundError, OpenSearch
+
+from proxy.store.templates import VectorField, render_index_body
+from tests.conftest import ProxyProcess, free_port
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+@pytest.fixture()
+def index_name() -> str:
+    return f"memproxy-test-{uuid.uuid4().hex[:12]}"
+
+
+def test_long_term_template_is_accepted_and_answers_knn(opensearch_url: str, index_name: str) -> None:
+    client = OpenSearch(hosts=[opensearch_url])
+    body = render_index_body("long_term", vector_fields=[VectorField("memory_embedding", 3)])
+    client.indices.create(index=index_name, body=body)
+    try:
+        mapping = client.indices.get_mapping(index=index_name)[index_name]["mappings"]["properties"]
+        method = mapping["memory_embedding"]["method"]
+        assert (method["engine"], method["space_type"], method["name"]) == ("lucene", "cosinesimil", "hnsw")
+        assert method["parameters"] == {"m": 16, "ef_construction": 100}
+        assert mapping["namespace"]["type"] == "flat_object"
+        settings = client.indices.get_settings(index=index_name)[index_name]["settings"]["index"]
+        assert settings["knn"] == "true"
+        docs = [("a", [1.0, 0.0, 0.0], "ns1"), ("b", [0.0, 1.0, 0.0], "ns2"), ("c", [0.9, 0.1, 0.0], "ns2")]
+        for doc_id, vec, ns in docs:
+            client.index(
+                index=index_name,
+                id=doc_id,
+                body={"memory": doc_id, "memory_embedding": vec, "namespace": {"user_id": ns}},
+            )
+        client.indices.refresh(index=index_name)
+        knn = {"vector": [1.0, 0.0, 0.0], "k": 3, "filter": {"term": {"namespace.user_id": "ns2"}}}
+        hits = client.search(index=index_name, body={"query": {"knn": {"memory_embedding": knn}}})["hits"]["hits"]
+        assert [h["_id"] for h in hits] == ["c", "b"]
+        # Lucene's cosinesimil score is ml-commons' (1 + cos) / 2.
+        assert hits[1]["_score"] == pytest.approx(0.5, abs=1e-6)
+    finally:
+        client.indices.delete(index=index_name)
+
+
+@pytest.mark.parametrize("kind", ["working", "sessions", "history", "containers"])
+def test_other_templates_are_accepted(opensearch_url: str, index_name: str, kind: str) -> None:
+    client = OpenSearch(hosts=[opensearch_url])
+    client.indices.create(index=index_name, body=render_index_body(kind))
+    client.indices.delete(index=index_name)
+
+
+def test_health_reports_proxy_and_cluster(proxy_url: str) -> None:
+    status, _, raw = _get(proxy_url + "/_memproxy/health")
+    body = json.loads(raw)
+    assert status == 200
+    assert body["status"] == "ok"
+    assert body["cluster"]["status"] in {"green", "yellow"}
+    assert body["proxy"]["embedders"][0]["dimension"] == 384
+    assert "opensearch_password" in body["settings"]
+
+
+def test_passthrough_with_opensearch_py(proxy_url: str, index_name: str) -> None:
+    client = OpenSearch(hosts=[proxy_url])
+    assert client.info()["version"]["number"] == "3.5.0"
+    client.indices.create(index=index_name, body={"settings": {"number_of_replicas": 0}})
+    try:
+        lines = []
+        for i in range(20):
+            lines.append(json.dumps({"index": {"_index": index_name, "_id": str(i)}}))
+            lines.append(json.dumps({"text": f"memory number {i}", "n": i}))
+        result = client.bulk(body="\n".join(lines) + "\n", refresh=True)
+        assert result["errors"] is False and len(result["items"]) == 20
+        hits = client.search(index=index_name, body={"query": {"range": {"n": {"gte": 15}}}, "size": 50})
+        assert sorted(int(h["_id"]) for h in hits["hits"]["hits"]) == [15, 16, 17, 18, 19]
+        assert client.indices.exists(index=index_name) is True
+        with pytest.raises(NotFoundError):
+            client.get(index=index_name, id="missing")
+    finally:
+        client.indices.delete(index=index_name)
+    assert client.indices.exists(index=index_name) is False
+
+
+def test_passthrough_cat_plugins_lists_knn(proxy_url: str) -> None:
+    status, headers, raw = _get(proxy_url + "/_cat/plugins?v")
+    assert status == 200
+    assert "opensearch-knn" in raw.decode()
+    assert headers["Content-Type"].startswith("text/plain")
+
+
+def test_passthrough_relays_bytes_exactly(proxy_url: str, opensearch_url: str) -> None:
+    path = "/_cluster/settings?include_defaults=false&pretty"
+    direct = _get(opensearch_url + path, {"Accept-Encoding": "gzip"})
+    proxied = _get(proxy_url + path, {"Accept-Encoding": "gzip"})
+    assert proxied[0] == direct[0] == 200
+    assert proxied[2] == direct[2]
+    if direct[1].get("Content-Encoding") == "gzip":
+        assert proxied[1].get("Content-Encoding") == "gzip"
+        json.loads(gzip.decompress(proxied[2]))
+
+
+def test_passthrough_keeps_node_errors(proxy_url: str) -> None:
+    status, _, raw = _get(proxy_url + "/no-such-index-memproxy/_search")
+    body = json.loads(raw)
+    assert status == 404
+    assert body["error"]["type"] == "index_not_found_exception"
+
+
+def test_cluster_down_is_503_in_opensearch_shape() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    proxy = ProxyProcess(dead)
+    try:
+        status, _, raw = _get(proxy.url + "/_cat/indices")
+        body = json.loads(raw)
+        assert status == 503
+        assert body["status"] == 503
+        assert "unreachable" in body["error"]["reason"]
+        assert body["error"]["root_cause"][0]["type"] == body["error"]["type"]
+        status, _, raw = _get(proxy.url + "/_memproxy/health")
+        health = json.loads(raw)
+        assert status == 200
+        assert health["status"] == "degraded" and health["cluster"]["status"] == "unavailable"
+        assert "Traceback" not in proxy.log()
+    finally:
+        proxy.stop()
