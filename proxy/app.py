@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from proxy.api import health
+from proxy.api import goodmem, health, opensearch_memory
 from proxy.api.errors import error_middleware
 from proxy.api.passthrough import passthrough
-from proxy.app_keys import EMBEDDERS, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import EMBEDDERS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
+from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec, EngineOptions
 from proxy.store.client import Store
 
@@ -53,12 +54,20 @@ async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
     await registry.close()
 
 
+async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[SERVICES] = Services(store=app[STORE], embedders=app[EMBEDDERS])
+    yield
+
+
 def make_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[SETTINGS] = settings
     app[STARTED_AT] = time.monotonic()
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_embedders_ctx)
+    app.cleanup_ctx.append(_services_ctx)
     app.add_routes(health.routes)
+    opensearch_memory.mount(app)
+    goodmem.setup(app)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

@@ -69,9 +69,11 @@ class Store:
             timeout=settings.opensearch_timeout_s,
             max_retries=0,
         )
-        # Pass-through must relay bytes exactly, so the session never decompresses.
+        # Pass-through must relay bytes exactly: the session never decompresses and adds none of the
+        # headers aiohttp would otherwise invent (an Accept-Encoding the client never sent gets gzip back).
         self.http = aiohttp.ClientSession(
             auto_decompress=False,
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
             connector=aiohttp.TCPConnector(limit=256, ssl=_ssl_context(settings) or True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )

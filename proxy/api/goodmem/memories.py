@@ -1,0 +1,219 @@
+"""``/v1/memories``: create (JSON or multipart), get, delete, content, list per space, batch
+create/get/delete.
+
+Batch answers are 200 when every item succeeded and 207 when some failed; an item's ``error.code`` is the HTTP
+status the same failure would have had alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+from proxy.api.goodmem._common import json_body, principal, q_bool, q_int, q_str, reply, services
+from proxy.core.goodmem import memories as core
+from proxy.core.goodmem.memory_list import batch_delete_memories, list_memories
+from proxy.errors import BadRequest, NotFound
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+async def _multipart(request: web.Request) -> tuple[Any, dict[str, tuple[bytes, str | None]]]:
+    """(the JSON of the ``request``/``requests`` part, {part name: (bytes, content type)} of the file
+    parts)."""
+    reader = await request.multipart()
+    meta: Any = None
+    files: dict[str, tuple[bytes, str | None]] = {}
+    while True:
+        part = await reader.next()
+        if part is None:
+            break
+        if not isinstance(part, BodyPartReader):
+            continue
+        data = await part.read(decode=True)
+        if len(data) > MAX_FILE_BYTES:
+            raise BadRequest("Uploaded file is too large")
+        if part.name in ("request", "requests"):
+            try:
+                meta = json.loads(data)
+            except ValueError as exc:
+                raise BadRequest(f"Malformed JSON in multipart part '{part.name}': {exc}") from None
+        elif part.name:
+            files[part.name] = (bytes(data), part.headers.get("Content-Type"))
+    if meta is None:
+        raise BadRequest("A multipart create needs a 'request' part holding the JSON request")
+    return meta, files
+
+
+def _bind_file(item: Any, files: dict[str, tuple[bytes, str | None]], default_field: str = "file") -> Any:
+    """Turn a file part into ``originalContentB64`` of the JSON item (its ``fileField``, else ``file``)."""
+    if not isinstance(item, dict):
+        return item
+    name = item.get("fileField") or default_field
+    if name not in files:
+        return item
+    data, part_type = files[name]
+    out = dict(item)
+    out["originalContentB64"] = base64.b64encode(data).decode("ascii")
+    if not out.get("contentType") and part_type and part_type != "application/octet-stream":
+        out["contentType"] = part_type
+    return out
+
+
+@routes.post("/v1/memories")
+async def create(request: web.Request) -> web.Response:
+    who = await principal(request)
+    if request.content_type.startswith("multipart/"):
+        meta, files = await _multipart(request)
+        body = _bind_file(meta, files)
+    else:
+        body = await json_body(request)
+    record = await core.create_memory(services(request), who, body)
+    return reply(core.memory_json(record, include_content=False), status=201)
+
+
+@routes.get("/v1/memories/{id}")
+async def get(request: web.Request) -> web.Response:
+    who = await principal(request)
+    record = await core.get_memory(services(request), who, request.match_info["id"])
+    return reply(core.memory_json(record, include_content=q_bool(request, "includeContent")))
+
+
+@routes.delete("/v1/memories/{id}")
+async def delete(request: web.Request) -> web.Response:
+    who = await principal(request)
+    await core.delete_memory(services(request), who, request.match_info["id"])
+    return web.Response(status=204)
+
+
+@routes.get("/v1/memories/{id}/content")
+async def content(request: web.Request) -> web.Response:
+    who = await principal(request)
+    record = await core.get_memory(services(request), who, request.match_info["id"])
+    if record.content_b64 is None:
+        raise NotFound("The memory has no inline content")
+    data = base64.b64decode(record.content_b64)
+    return web.Response(
+        body=data,
+        headers={"Content-Type": record.content_type, "ETag": f'"{record.content_sha256}"'},
+    )
+
+
+@routes.get("/v1/memories/{id}/pages")
+async def pages(request: web.Request) -> web.Response:
+    """Page images are never extracted (text content only): an empty list for a readable memory."""
+    who = await principal(request)
+    await core.get_memory(services(request), who, request.match_info["id"])
+    return reply({"pageImages": []})
+
+
+@routes.get("/v1/spaces/{spaceId}/memories")
+async def list_in_space(request: web.Request) -> web.Response:
+    who = await principal(request)
+    include = q_bool(request, "includeContent")
+    page = await list_memories(
+        services(request),
+        who,
+        request.match_info["spaceId"],
+        include_content=include,
+        status_filter=q_str(request, "statusFilter"),
+        filter_text=q_str(request, "filter"),
+        max_results=q_int(request, "maxResults"),
+        next_token=q_str(request, "nextToken"),
+        sort_by=q_str(request, "sortBy"),
+        sort_order=q_str(request, "sortOrder"),
+    )
+    body: dict[str, Any] = {"memories": [core.memory_json(r, include_content=include) for r in page.items]}
+    if page.next_token:
+        body["nextToken"] = page.next_token
+    return reply(body)
+
+
+def _error(exc: Any) -> dict[str, Any]:
+    return {"code": int(exc.status), "message": exc.message}
+
+
+def _batch_reply(results: list[dict[str, Any]], **extra: Any) -> web.Response:
+    status = 200 if all(r["success"] for r in results) else 207
+    return reply({"results": results, **extra}, status=status)
+
+
+@routes.post("/v1/memories:batchCreate")
+async def batch_create(request: web.Request) -> web.Response:
+    who = await principal(request)
+    if request.content_type.startswith("multipart/"):
+        meta, files = await _multipart(request)
+        if not isinstance(meta, list):
+            raise BadRequest("The multipart 'requests' part must be a JSON array")
+        body: dict[str, Any] = {"requests": [_bind_file(item, files, default_field="") for item in meta]}
+    else:
+        body = await json_body(request)
+    items = await core.batch_create_memories(services(request), who, body)
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if item.record is not None:
+            out.append(
+                {
+                    "success": True,
+                    "memoryId": item.record.memory_id,
+                    "memory": core.memory_json(item.record, False),
+                }
+            )
+        else:
+            entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
+            if item.memory_id:
+                entry["memoryId"] = item.memory_id
+            out.append(entry)
+    return _batch_reply(out)
+
+
+@routes.post("/v1/memories:batchGet")
+async def batch_get(request: web.Request) -> web.Response:
+    who = await principal(request)
+    body = await json_body(request)
+    include = bool(body.get("includeContent", False))
+    items = await core.batch_get_memories(services(request), who, body.get("memoryIds"))
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if item.record is not None:
+            out.append(
+                {
+                    "success": True,
+                    "memoryId": item.record.memory_id,
+                    "memory": core.memory_json(item.record, include),
+                }
+            )
+        else:
+            entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
+            if item.memory_id:
+                entry["memoryId"] = item.memory_id
+            out.append(entry)
+    return _batch_reply(out)
+
+
+@routes.post("/v1/memories:batchDelete")
+async def batch_delete(request: web.Request) -> web.Response:
+    who = await principal(request)
+    items = await batch_delete_memories(services(request), who, await json_body(request))
+    out: list[dict[str, Any]] = []
+    total = 0
+    for index, (item, deleted) in enumerate(items):
+        entry: dict[str, Any] = {
+            "success": item.error is None,
+            "requestIndex": index,
+            "deletedCount": deleted,
+        }
+        if item.memory_id:
+            entry["memoryId"] = item.memory_id
+        if item.error is not None:
+            entry["error"] = _error(item.error)
+        total += deleted
+        out.append(entry)
+    return _batch_reply(out, totalDeleted=total)

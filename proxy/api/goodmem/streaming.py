@@ -1,0 +1,182 @@
+"""NDJSON and SSE framing for GoodMem's streamed retrieve (spec §6.5, §6.6, §6.7).
+
+The writers know nothing about retrieval: they take event objects (plain JSON dicts produced by
+``proxy.core.goodmem.retrieve``), frame them, and write each one to the socket as soon as it is given, so
+a client sees every event when it is produced. The response is prepared once, on the first event; before
+that the handler may still answer with an ordinary HTTP error.
+
+Terminal outcome (spec §6.7 design, seed "GoodMem-Stream-Terminal"):
+
+* NDJSON, ``GoodMem-Stream-Terminal: true``: one last line ``{"type":"completed"}`` on success, or
+  ``{"type":"error","code":...,"message":...}`` on failure. Its keys are none of the five event keys, so
+  both Python clients pass over it. Without the opt-in nothing is appended (EOF is the end).
+* SSE, always: ``event: close`` / ``{"type":"completed"}`` on success, ``event: error`` with the error
+  record on failure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from aiohttp import web
+
+__all__ = [
+    "NDJSON",
+    "SSE",
+    "STREAM_TERMINAL_HEADER",
+    "EventStream",
+    "StreamFormat",
+    "completed_record",
+    "error_record",
+    "ndjson_line",
+    "negotiate_format",
+    "sse_frame",
+]
+
+StreamFormat = Literal["ndjson", "sse"]
+NDJSON: StreamFormat = "ndjson"
+SSE: StreamFormat = "sse"
+
+NDJSON_TYPE = "application/x-ndjson"
+SSE_TYPE = "text/event-stream"
+STREAM_TERMINAL_HEADER = "GoodMem-Stream-Terminal"
+
+# Every data frame is named "item", as in the spec's SSE example; the old client only looks at the name to
+# skip "close", so the name carries no meaning beyond that.
+SSE_ITEM_EVENT = "item"
+
+
+def _media_ranges(accept: str) -> list[tuple[str, float]]:
+    """``Accept`` as (media type, q) pairs; a malformed q counts as 1 (be lenient with clients)."""
+    ranges: list[tuple[str, float]] = []
+    for part in accept.split(","):
+        pieces = [p.strip() for p in part.split(";")]
+        media = pieces[0].lower()
+        if not media:
+            continue
+        q = 1.0
+        for param in pieces[1:]:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 1.0
+        ranges.append((media, q))
+    return ranges
+
+
+def negotiate_format(accept: str | None) -> StreamFormat:
+    """SSE only when ``text/event-stream`` is asked for and preferred over NDJSON; NDJSON otherwise.
+
+    No ``Accept``, ``*/*``, ``application/json`` or anything unknown gets NDJSON, the documented default.
+    """
+    if not accept:
+        return NDJSON
+    q_sse = q_ndjson = 0.0
+    for media, q in _media_ranges(accept):
+        if media == SSE_TYPE:
+            q_sse = max(q_sse, q)
+        elif media == NDJSON_TYPE:
+            q_ndjson = max(q_ndjson, q)
+    return SSE if q_sse > 0 and q_sse >= q_ndjson else NDJSON
+
+
+def _compact(obj: Any) -> str:
+    # One line, no spaces: a JSON string never contains a raw newline, so a line is always one event.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def ndjson_line(obj: dict[str, Any]) -> bytes:
+    return (_compact(obj) + "\n").encode("utf-8")
+
+
+def sse_frame(event: str, obj: dict[str, Any]) -> bytes:
+    """One ``event:`` line, one ``data:`` line with the whole JSON, one blank line (old client's parser)."""
+    return f"event: {event}\ndata: {_compact(obj)}\n\n".encode()
+
+
+def completed_record() -> dict[str, Any]:
+    return {"type": "completed"}
+
+
+def error_record(code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message}
+
+
+class EventStream:
+    """One streamed retrieve response; ``started`` tells whether the first byte has been sent."""
+
+    def __init__(self, request: web.Request, fmt: StreamFormat, *, terminal: bool) -> None:
+        self._request = request
+        self.format = fmt
+        self.terminal = terminal
+        self._response: web.StreamResponse | None = None
+        self._finished = False
+
+    @property
+    def started(self) -> bool:
+        return self._response is not None
+
+    @property
+    def response(self) -> web.StreamResponse | None:
+        return self._response
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "Content-Type": SSE_TYPE if self.format == SSE else NDJSON_TYPE,
+            # Keep caches and buffering proxies (nginx) from holding events back.
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+        if self.terminal:
+            headers[STREAM_TERMINAL_HEADER] = "true"
+        return headers
+
+    async def open(self) -> web.StreamResponse:
+        """Send the status line and headers (200); idempotent."""
+        if self._response is None:
+            response = web.StreamResponse(status=200, headers=self._headers())
+            response.enable_chunked_encoding()
+            await response.prepare(self._request)
+            self._response = response
+        return self._response
+
+    async def _write(self, data: bytes) -> None:
+        response = await self.open()
+        # StreamResponse.write hands the bytes to the transport at once (no compression, no buffering
+        # here) and waits only when the socket's send buffer is full: each event leaves as it is produced.
+        await response.write(data)
+
+    async def send(self, event: dict[str, Any]) -> None:
+        if self.format == SSE:
+            await self._write(sse_frame(SSE_ITEM_EVENT, event))
+        else:
+            await self._write(ndjson_line(event))
+
+    async def complete(self) -> None:
+        """Successful end: the terminal record where one is due, then the end of the body."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.format == SSE:
+            await self._write(sse_frame("close", completed_record()))
+        elif self.terminal:
+            await self._write(ndjson_line(completed_record()))
+        await self._end()
+
+    async def fail(self, code: str, message: str) -> None:
+        """Failed end after streaming began: the error record where one is due, then the end of the body."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.format == SSE:
+            await self._write(sse_frame("error", error_record(code, message)))
+        elif self.terminal:
+            await self._write(ndjson_line(error_record(code, message)))
+        await self._end()
+
+    async def _end(self) -> None:
+        response = await self.open()
+        await response.write_eof()

@@ -1,0 +1,90 @@
+"""The ml-commons agentic-memory REST API (``/_plugins/_ml/memory_containers``), served by memproxy.
+
+Handlers are thin: parse the body, call one core operation, render. Literal segments are registered before
+``{param}`` ones, as OpenSearch's path trie prefers them. A path under the prefix that no route serves is
+answered the way OpenSearch's REST router answers it (400 "no handler found", or 405 with ``Allow``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from proxy.api.opensearch_memory import containers, memories, search
+from proxy.api.opensearch_memory.common import Handler
+
+__all__ = ["PREFIX", "ROUTES", "mount"]
+
+PREFIX = "/_plugins/_ml/memory_containers"
+_C = PREFIX + "/{memory_container_id}"
+_LT = _C + "/memories/long-term"
+
+# (methods, path, handler), in resolution order.
+ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
+    (("POST",), PREFIX + "/_create", containers.create),
+    (("GET", "POST"), PREFIX + "/_search", containers.search),
+    (("GET",), _C, containers.get),
+    (("PUT",), _C, containers.update),
+    (("DELETE",), _C, containers.delete),
+    (("POST",), _C + "/memories", memories.add_memory),
+    (("POST",), _C + "/memories/sessions", memories.create_session),
+    (("GET", "POST"), _LT + "/_semantic_search", search.semantic_search),
+    (("GET", "POST"), _LT + "/_hybrid_search", search.hybrid_search),
+    (("POST",), _LT + "/_memproxy_add", memories.add_long_term),
+    (("POST",), _LT + "/_memproxy_bulk", memories.add_long_term_bulk),
+    (("GET", "POST"), _C + "/memories/{memory_type}/_search", memories.search_memories),
+    (("POST",), _C + "/memories/{memory_type}/_delete_by_query", memories.delete_by_query),
+    (("GET",), _C + "/memories/{memory_type}/{memory_id}", memories.get_memory),
+    (("PUT",), _C + "/memories/{memory_type}/{memory_id}", memories.update_memory),
+    (("DELETE",), _C + "/memories/{memory_type}/{memory_id}", memories.delete_memory),
+)
+
+
+def _pattern(path: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[^}]+\})", path)
+    regex = "".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts if p)
+    return re.compile(f"^{regex}$")
+
+
+_PATTERNS = [(methods, _pattern(path)) for methods, path, _ in ROUTES]
+
+
+def _allowed(path: str) -> list[str]:
+    allowed: list[str] = []
+    for methods, pattern in _PATTERNS:
+        if pattern.match(path):
+            allowed.extend(m for m in methods if m not in allowed)
+    return allowed
+
+
+async def _router_fallback(request: web.Request) -> web.Response:
+    """What OpenSearch's RestController says when no handler takes the request."""
+    uri, method = request.raw_path, request.method
+    allowed = _allowed(request.path)
+    if allowed and method != "OPTIONS":
+        reason = (
+            f"Incorrect HTTP method for uri [{uri}] and method [{method}], allowed: [{', '.join(allowed)}]"
+        )
+        body = {"error": reason, "status": 405}
+        return web.Response(
+            status=405,
+            text=json.dumps(body),
+            content_type="application/json",
+            headers={"Allow": ",".join(allowed)},
+        )
+    if allowed:
+        return web.Response(status=200, headers={"Allow": ",".join(allowed)})
+    body_text = json.dumps({"error": f"no handler found for uri [{uri}] and method [{method}]"})
+    return web.Response(status=400, text=body_text, content_type="application/json")
+
+
+def mount(app: web.Application) -> None:
+    """Add the routes; call before the pass-through catch-all so they win."""
+    for methods, path, handler in ROUTES:
+        for method in methods:
+            app.router.add_route(method, path, handler)
+    app.router.add_route("*", PREFIX, _router_fallback)
+    app.router.add_route("*", PREFIX + "/{tail:.*}", _router_fallback)

@@ -1,0 +1,99 @@
+"""What every ml-commons memory handler shares: reading bodies, the services, mapping node failures."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from aiohttp import web
+
+from proxy.app_keys import SERVICES
+from proxy.core.containers import Container, get_container
+from proxy.core.lenient import token_error
+from proxy.core.services import Services
+from proxy.errors import BadRequest, MemproxyError
+from proxy.store.client import OpenSearchError
+
+__all__ = [
+    "Handler",
+    "json_response",
+    "load_container",
+    "object_body",
+    "read_json",
+    "search_failures",
+    "services",
+]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Errors ml-commons raises while parsing a request at its REST layer (400, relayed as they are); anything
+# else the node answers during a search is an execution failure, which ml-commons wraps in a 500.
+PARSE_ERROR_TYPES = frozenset(
+    {
+        "parsing_exception",
+        "x_content_parse_exception",
+        "json_parse_exception",
+        "json_e_o_f_exception",
+        "named_object_not_found_exception",
+    }
+)
+
+
+def services(request: web.Request) -> Services:
+    return request.app[SERVICES]
+
+
+async def read_json(request: web.Request) -> Any:
+    """The JSON body (or the ``source`` query parameter, as OpenSearch allows); ``None`` when empty."""
+    raw = await request.read()
+    if not raw.strip():
+        source = request.query.get("source")
+        if not source:
+            return None
+        raw = source.encode()
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"Failed to parse request body: {exc}", os_type="json_parse_exception") from None
+
+
+async def object_body(
+    request: web.Request,
+    empty_reason: str,
+    *,
+    empty_error: type[MemproxyError] = BadRequest,
+    empty_type: str | None = None,
+) -> dict[str, Any]:
+    """A JSON object body; an absent body is ``empty_error(empty_reason)``."""
+    body = await read_json(request)
+    if body is None:
+        raise empty_error(empty_reason, os_type=empty_type)
+    if not isinstance(body, dict):
+        raise token_error("START_OBJECT", body)
+    return body
+
+
+async def load_container(request: web.Request, container_id: str | None = None) -> Container:
+    return await get_container(services(request), container_id or request.match_info["memory_container_id"])
+
+
+def json_response(body: Any) -> web.Response:
+    return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
+
+
+@contextmanager
+def search_failures(prefix: str) -> Iterator[None]:
+    """Node failures during a search: parse errors stay 400, others become ml-commons' wrapped 500."""
+    try:
+        yield
+    except OpenSearchError as exc:
+        if exc.status == 400 and exc.os_type in PARSE_ERROR_TYPES:
+            raise
+        cause = exc.body if isinstance(exc.body, dict) else {"type": "exception", "reason": str(exc.body)}
+        raise MemproxyError(
+            f"{prefix}: {exc.message}",
+            os_type="exception",
+            details={"caused_by": {k: cause[k] for k in ("type", "reason") if k in cause}},
+        ) from exc

@@ -1,0 +1,110 @@
+"""Container routes: ``_create``, get / update / delete by id, ``_search``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from proxy.api.opensearch_memory.common import json_response, object_body, read_json, services
+from proxy.core import containers as core
+from proxy.core.lenient import as_bool, as_object, as_str, as_str_list, token_error, token_name
+from proxy.errors import BadRequest, NotFound
+
+__all__ = ["create", "delete", "get", "search", "update"]
+
+# GET re-serialises through ml-commons' container model: memproxy's own ``goodmem`` object stays inside.
+_GET_KEYS = (
+    "name",
+    "description",
+    "owner",
+    "tenant_id",
+    "created_time",
+    "last_updated_time",
+    "configuration",
+    "backend_roles",
+)
+
+
+async def create(request: web.Request) -> web.Response:
+    body = await object_body(request, "Request body is required")
+    container = await core.create_container(
+        services(request),
+        name=body.get("name"),
+        description=body.get("description"),
+        configuration=as_object(body["configuration"]) if body.get("configuration") is not None else None,
+        backend_roles=as_str_list(body["backend_roles"]) if body.get("backend_roles") is not None else None,
+    )
+    return json_response({"memory_container_id": container.id, "status": "created"})
+
+
+async def get(request: web.Request) -> web.Response:
+    container_id = request.match_info["memory_container_id"]
+    try:
+        container = await core.get_container(services(request), container_id)
+    except core.ContainerNotFound as exc:
+        if exc.index_missing:
+            raise NotFound("Failed to find memory container index") from None
+        raise NotFound(
+            f"Failed to find memory container with the provided memory container id: {container_id}"
+        ) from None
+    source = container.source()
+    return json_response({k: source[k] for k in _GET_KEYS if k in source})
+
+
+async def update(request: web.Request) -> web.Response:
+    body = await object_body(request, "Update memory container request has empty body")
+    _, result = await core.update_container(
+        services(request),
+        request.match_info["memory_container_id"],
+        name=body.get("name"),
+        description=body.get("description"),
+        backend_roles=as_str_list(body["backend_roles"]) if body.get("backend_roles") is not None else None,
+        configuration=as_object(body["configuration"]) if body.get("configuration") is not None else None,
+    )
+    return json_response(result)
+
+
+def _delete_options(request: web.Request, body: dict[str, Any]) -> tuple[bool, list[str]]:
+    """URL parameters win; the JSON body is consulted only for what the URL does not say."""
+    if "delete_all_memories" in request.query:
+        delete_all = as_bool(request.query["delete_all_memories"] or "true")
+    else:
+        delete_all = (
+            as_bool(body["delete_all_memories"]) if body.get("delete_all_memories") is not None else False
+        )
+    if "delete_memories" in request.query:
+        types = [t.strip() for t in request.query["delete_memories"].split(",") if t.strip()]
+    elif body.get("delete_memories") is not None:
+        raw = body["delete_memories"]
+        types = [as_str(raw)] if isinstance(raw, str) else as_str_list(raw)
+    else:
+        types = []
+    return delete_all, types
+
+
+async def delete(request: web.Request) -> web.Response:
+    raw = await read_json(request)
+    if raw is not None and not isinstance(raw, dict):
+        raise token_error("START_OBJECT", raw)
+    delete_all, types = _delete_options(request, raw or {})
+    for memory_type in types:
+        core.parse_memory_type(memory_type)
+    result = await core.delete_container(
+        services(request),
+        request.match_info["memory_container_id"],
+        delete_memory_types=types,
+        delete_all_memories=delete_all,
+    )
+    return json_response(result)
+
+
+async def search(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if body is None:
+        raise BadRequest("request body or source parameter is required", os_type="parse_exception")
+    if not isinstance(body, dict):
+        raise BadRequest(
+            f"Expected [START_OBJECT] but found [{token_name(body)}]", os_type="parsing_exception"
+        )
+    return json_response(await core.search_containers(services(request), body))

@@ -1,0 +1,120 @@
+"""``…/memories/long-term/_semantic_search`` and ``…/_hybrid_search``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from proxy.api.opensearch_memory.common import (
+    json_response,
+    load_container,
+    object_body,
+    search_failures,
+    services,
+)
+from proxy.core.containers import Container
+from proxy.core.lenient import as_float, as_int, as_object, as_str, scalar_string_map
+from proxy.core.query import Filter, Hit, RawDsl, VectorSearch, all_of, term_map
+from proxy.core.search import MAX_K, SearchResult, hybrid_search_result, vector_search
+from proxy.errors import BadRequest
+
+__all__ = ["hybrid_search", "render_search_result", "semantic_search"]
+
+DEFAULT_K = 10
+WEIGHT_TOLERANCE = 0.001
+NO_EMBEDDING = (
+    "This memory container does not have an embedding model configured. Semantic search requires a memory "
+    "container with an embedding model (TEXT_EMBEDDING or SPARSE_ENCODING). Please update the memory "
+    "container configuration to add an embedding model."
+)
+NO_EMBEDDING_ID = (
+    "This memory container does not have an embedding model ID configured. Please update the memory "
+    "container configuration to add an embedding model ID."
+)
+
+
+def _hit(hit: Hit) -> dict[str, Any]:
+    return {"_index": hit.index, "_id": hit.id, "_score": hit.score, "_source": hit.source}
+
+
+def render_search_result(result: SearchResult) -> dict[str, Any]:
+    """A standard search response (hits without versions, as ml-commons' semantic search returns them)."""
+    return {
+        "took": result.took,
+        "timed_out": result.timed_out,
+        "_shards": result.shards or {"total": 0, "successful": 0, "skipped": 0, "failed": 0},
+        "hits": {
+            "total": {"value": result.total, "relation": "eq"},
+            "max_score": result.max_score,
+            "hits": [_hit(h) for h in result.hits],
+        },
+    }
+
+
+def _parse_common(body: dict[str, Any]) -> tuple[str, int, Filter, float | None, int | None]:
+    query = body.get("query")
+    if query is None or not as_str(query).strip():
+        raise BadRequest("query cannot be null or blank")
+    k = as_int(body["k"]) if body.get("k") is not None else DEFAULT_K
+    if not 1 <= k <= MAX_K:
+        raise BadRequest(f"k must be between 1 and {MAX_K}")
+    clauses: list[Filter | None] = [
+        *term_map(
+            "namespace", scalar_string_map(body["namespace"]) if body.get("namespace") is not None else None
+        ),
+        *term_map("tags", scalar_string_map(body["tags"]) if body.get("tags") is not None else None),
+    ]
+    if body.get("filter") is not None:
+        clauses.append(RawDsl(as_object(body["filter"])))
+    min_score = as_float(body["min_score"]) if body.get("min_score") is not None else None
+    # memproxy extension: the HNSW candidate list of the vector search.
+    ef_search = as_int(body["ef_search"]) if body.get("ef_search") is not None else None
+    if ef_search is not None and ef_search < 1:
+        raise BadRequest("ef_search must be a positive integer")
+    return as_str(query), k, all_of(clauses), min_score, ef_search
+
+
+def _check_searchable(container: Container) -> None:
+    cfg = container.configuration
+    if not cfg.get("embedding_model_type"):
+        raise BadRequest(NO_EMBEDDING, os_type="status_exception")
+    if not cfg.get("embedding_model_id"):
+        raise BadRequest(NO_EMBEDDING_ID, os_type="status_exception")
+
+
+async def semantic_search(request: web.Request) -> web.Response:
+    body = await object_body(request, "Semantic search memories request has empty body")
+    query, k, filter_, min_score, ef_search = _parse_common(body)
+    container = await load_container(request)
+    _check_searchable(container)
+    search = VectorSearch(
+        container=container, k=k, query_text=query, filter=filter_, min_score=min_score, ef_search=ef_search
+    )
+    with search_failures("Semantic search execution failed"):
+        result = await vector_search(services(request), search)
+    return json_response(render_search_result(result))
+
+
+def _weights(body: dict[str, Any]) -> tuple[float, float]:
+    bm25 = as_float(body["bm25_weight"]) if body.get("bm25_weight") is not None else 0.5
+    neural = as_float(body["neural_weight"]) if body.get("neural_weight") is not None else 0.5
+    if not (0.0 <= bm25 <= 1.0 and 0.0 <= neural <= 1.0):
+        raise BadRequest("bm25_weight and neural_weight must be between 0.0 and 1.0")
+    if abs(bm25 + neural - 1.0) > WEIGHT_TOLERANCE:
+        raise BadRequest(f"bm25_weight and neural_weight must sum to 1.0, got {bm25 + neural}")
+    return bm25, neural
+
+
+async def hybrid_search(request: web.Request) -> web.Response:
+    body = await object_body(request, "Hybrid search memories request has empty body")
+    query, k, filter_, min_score, ef_search = _parse_common(body)
+    bm25, neural = _weights(body)
+    container = await load_container(request)
+    _check_searchable(container)
+    search = VectorSearch(
+        container=container, k=k, query_text=query, filter=filter_, min_score=min_score, ef_search=ef_search
+    )
+    with search_failures("Hybrid search execution failed"):
+        result = await hybrid_search_result(services(request), search, bm25_weight=bm25, neural_weight=neural)
+    return json_response(render_search_result(result))

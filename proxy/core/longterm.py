@@ -1,0 +1,198 @@
+"""Long-term memories (= GoodMem chunks): the write model, one embedded ``_bulk`` write, deletes.
+
+One write embeds every text through each of the container's embedders in a single ``embed()`` call (so the
+batching queue sees them together), then sends one ``_bulk`` with ``refresh`` so the memories are
+searchable when the call returns. A write is all or nothing: if any bulk item fails, the items that were
+written are deleted again and the first failure is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.clock import now_ms
+from proxy.core.containers import Container
+from proxy.core.query import Filter, Terms, all_of
+from proxy.core.services import Services
+from proxy.errors import BadRequest
+from proxy.store import memories as docs
+from proxy.store.client import OpenSearchError
+from proxy.store.query_dsl import compile_filter, container_term
+
+__all__ = [
+    "LONG_TERM_DISABLED",
+    "LongTermMemory",
+    "delete_long_term",
+    "embed_texts",
+    "long_term_index",
+    "write_long_term",
+]
+
+log = logging.getLogger(__name__)
+
+LONG_TERM_DISABLED = (
+    "Long-term memory is disabled for this container: configure an embedding model (embedding_model_type, "
+    "embedding_model_id, embedding_dimension) to store long-term memories"
+)
+
+
+@dataclass
+class LongTermMemory:
+    """One long-term memory document to write; ``id`` (a UUID) is generated when not given."""
+
+    memory: str
+    namespace: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    strategy_type: str | None = None
+    strategy_id: str | None = None
+    memory_id: str | None = None
+    chunk_sequence: int | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None
+    metadata: dict[str, Any] | None = None
+    id: str | None = None
+    created_time: int | None = None
+    last_updated_time: int | None = None
+    owner_id: str | None = None
+    pinned: bool | None = None
+
+
+def long_term_index(container: Container) -> str:
+    index = container.index_name("long-term")
+    if index is None:
+        raise BadRequest(LONG_TERM_DISABLED, os_type="status_exception")
+    return index
+
+
+def _metadata_index(metadata: Mapping[str, Any]) -> Any:
+    """The typed, flattened form GoodMem filters query (absent until the filters room provides it)."""
+    try:
+        from proxy import filters
+    except ImportError:
+        return None
+    index_metadata = getattr(filters, "index_metadata", None)
+    return index_metadata(metadata) if index_metadata is not None else None
+
+
+async def embed_texts(
+    svc: Services, container: Container, texts: Sequence[str]
+) -> dict[str, list[list[float]]]:
+    """Vectors per knn field of the container: one ``embed()`` call per embedder, run concurrently."""
+    fields = container.vector_fields()
+    if not fields:
+        raise BadRequest(LONG_TERM_DISABLED, os_type="status_exception")
+    embedders = [svc.embedders.get(embedder_id) for _, embedder_id in fields]
+    results = await asyncio.gather(*(e.embed(list(texts)) for e in embedders))
+    return {
+        name: [list(map(float, v)) for v in vectors]
+        for (name, _), vectors in zip(fields, results, strict=True)
+    }
+
+
+def _document(container: Container, m: LongTermMemory, now: int) -> dict[str, Any]:
+    """ml-commons' long-term document (its key order), then memproxy's GoodMem fields; vectors come later."""
+    doc: dict[str, Any] = {"memory": m.memory}
+    if m.strategy_type is not None:
+        doc["strategy_type"] = m.strategy_type
+    if m.strategy_id is not None:
+        doc["strategy_id"] = m.strategy_id
+    doc["namespace"] = dict(m.namespace)
+    doc["namespace_size"] = len(m.namespace)
+    if m.tags:
+        doc["tags"] = dict(m.tags)
+    if m.owner_id is not None:
+        doc["owner_id"] = m.owner_id
+    doc["memory_container_id"] = container.id
+    doc["created_time"] = m.created_time if m.created_time is not None else now
+    doc["last_updated_time"] = m.last_updated_time if m.last_updated_time is not None else doc["created_time"]
+    if m.pinned is not None:
+        doc["pinned"] = m.pinned
+    for key in ("memory_id", "chunk_sequence", "start_offset", "end_offset"):
+        if getattr(m, key) is not None:
+            doc[key] = getattr(m, key)
+    if m.metadata is not None:
+        doc["metadata"] = m.metadata
+        indexed = _metadata_index(m.metadata)
+        if indexed is not None:
+            doc["metadata_index"] = indexed
+    return doc
+
+
+async def write_long_term(
+    svc: Services,
+    container: Container,
+    memories: Sequence[LongTermMemory],
+    *,
+    refresh: bool | str = True,
+    overwrite: bool = False,
+) -> list[str]:
+    """Embed and store ``memories`` in one ``_bulk``; their ids, in order. All or nothing.
+
+    ``overwrite`` replaces documents whose given ids exist (``index`` instead of ``create``); a failed
+    overwrite cannot restore the replaced version, so callers that need that should delete first.
+    """
+    index = long_term_index(container)
+    if not memories:
+        return []
+    for m in memories:
+        if not isinstance(m.memory, str) or not m.memory.strip():
+            raise BadRequest("memory cannot be null or blank")
+    now = now_ms()
+    # Documents first: metadata that cannot be indexed is refused before any embedding work.
+    documents = [_document(container, m, now) for m in memories]
+    vectors = await embed_texts(svc, container, [m.memory for m in memories])
+    ids = [m.id or str(uuid.uuid4()) for m in memories]
+    action = "index" if overwrite else "create"
+    ops: list[docs.BulkOp] = []
+    for i, doc in enumerate(documents):
+        doc.update({name: vecs[i] for name, vecs in vectors.items()})
+        ops.append((action, index, ids[i], doc))
+    result = await docs.bulk(svc.store, ops, refresh=refresh)
+    if result.get("errors"):
+        await _undo_partial_bulk(svc, index, result, refresh)
+    return ids
+
+
+async def _undo_partial_bulk(
+    svc: Services, index: str, result: Mapping[str, Any], refresh: bool | str
+) -> None:
+    items = [next(iter(item.values())) for item in result.get("items", [])]
+    written = [str(item["_id"]) for item in items if item.get("status", 500) < 300]
+    failed = next(item for item in items if item.get("status", 500) >= 300)
+    if written:
+        try:
+            await docs.bulk(
+                svc.store, [("delete", index, doc_id, None) for doc_id in written], refresh=refresh
+            )
+        except Exception:  # the original failure is what the caller must see
+            log.exception("could not undo %d long-term memories written before a bulk failure", len(written))
+    raise OpenSearchError(int(failed.get("status", 500)), failed.get("error") or {"type": "exception"})
+
+
+async def delete_long_term(
+    svc: Services,
+    container: Container,
+    *,
+    ids: Sequence[str] | None = None,
+    filter: Filter | None = None,
+    refresh: bool = True,
+) -> int:
+    """Delete this container's long-term memories by id and/or filter; how many were deleted."""
+    index = long_term_index(container)
+    if ids is not None and not ids:
+        return 0
+    selection = all_of([Terms("_id", tuple(ids)) if ids is not None else None, filter])
+    query = compile_filter(selection) or {"match_all": {}}
+    scoped = {"bool": {"must": [query], "filter": [container_term(container.id)]}}
+    try:
+        result = await docs.delete_by_query(svc.store, index, scoped, refresh=refresh)
+    except OpenSearchError as exc:
+        if docs.is_index_missing(exc):
+            return 0
+        raise
+    return int(result.get("deleted", 0))

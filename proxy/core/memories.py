@@ -1,0 +1,461 @@
+"""Working memory, sessions and history, and the by-type operations (get / update / delete / search /
+delete-by-query) ml-commons offers on every memory type, long-term included.
+
+Behaviour follows ml-commons 3.8 with retention off: sessions on by default, a client-chosen session id
+is upserted, ``last_updated_time`` moves only when content changes, ``pinned`` is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.clock import now_ms
+from proxy.core.containers import EMPTY_SEARCH_RESPONSE, Container
+from proxy.core.longterm import embed_texts
+from proxy.core.services import Services
+from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound
+from proxy.store import memories as docs
+from proxy.store.client import OpenSearchError
+from proxy.store.query_dsl import (
+    add_filter,
+    apply_ml_search_options,
+    container_term,
+    neural_clauses,
+    replace_neural,
+)
+
+__all__ = [
+    "AddMemoryRequest",
+    "CreateSessionRequest",
+    "add_memory",
+    "create_session",
+    "delete_by_query",
+    "delete_memory",
+    "get_memory",
+    "render_memory",
+    "search_memories",
+    "update_memory",
+]
+
+log = logging.getLogger(__name__)
+
+PINNED_WORKING = (
+    "pinned field is not supported for working memory type. To preserve a conversation, pin the session "
+    "instead."
+)
+PINNED_DISABLED = (
+    "Cannot set pinned: the memory retention feature is not enabled. To enable it, please update the cluster "
+    "setting plugins.ml_commons.memory.retention_enabled"
+)
+NO_LLM_EXTRACTION = (
+    "Long-term memory extraction needs an LLM, and memproxy cannot run one: no long-term memories were "
+    "extracted. Write long-term memories with POST .../memories/long-term/_memproxy_add instead."
+)
+DELETE_BY_QUERY_NEEDS_QUERY = (
+    "Query parameter is required for delete by query operation. To delete all documents, explicitly provide "
+    'a match_all query: {"query": {"match_all": {}}}'
+)
+
+# GET re-serialises through ml-commons' typed models: these keys, in this order, nulls and empties omitted.
+_GET_KEYS = {
+    "sessions": (
+        "owner_id",
+        "memory_container_id",
+        "summary",
+        "created_time",
+        "last_updated_time",
+        "metadata",
+        "agents",
+        "additional_info",
+        "namespace",
+        "tenant_id",
+        "pinned",
+    ),
+    "working": (
+        "memory_container_id",
+        "payload_type",
+        "messages",
+        "message_id",
+        "binary_data",
+        "structured_data",
+        "structured_data_blob",
+        "namespace",
+        "namespace_size",
+        "infer",
+        "metadata",
+        "tags",
+        "created_time",
+        "last_updated_time",
+        "owner_id",
+        "checkpoint_id",
+    ),
+    "long-term": (
+        "memory",
+        "strategy_type",
+        "tags",
+        "namespace",
+        "namespace_size",
+        "created_time",
+        "last_updated_time",
+        "memory_embedding",
+        "owner_id",
+        "strategy_id",
+        "pinned",
+    ),
+    "history": (
+        "owner_id",
+        "memory_container_id",
+        "memory_id",
+        "action",
+        "before",
+        "after",
+        "namespace",
+        "namespace_size",
+        "tags",
+        "created_time",
+        "tenant_id",
+        "error",
+        "pinned",
+    ),
+}
+_UPDATABLE = {
+    "sessions": ("summary", "metadata", "agents", "additional_info"),
+    "working": ("messages", "binary_data", "structured_data", "structured_data_blob", "metadata", "tags"),
+    "long-term": ("memory", "tags"),
+}
+_CONTENT_KEYS = {
+    "sessions": ("summary",),
+    "working": ("messages", "binary_data", "structured_data", "structured_data_blob"),
+    "long-term": ("memory",),
+}
+
+
+def _index_or_404(container: Container, memory_type: str) -> str:
+    index = container.index_name(memory_type)
+    if index is None:
+        raise NotFound("Memory index not found")
+    return index
+
+
+# --- add memory (working) and sessions -------------------------------------------------------------
+
+
+@dataclass
+class AddMemoryRequest:
+    """An add-memory body after parsing (maps already coerced to strings as ml-commons does)."""
+
+    messages: list[dict[str, Any]] | None = None
+    payload_type: str = "conversational"
+    structured_data: dict[str, Any] | None = None
+    structured_data_blob: dict[str, Any] | None = None
+    binary_data: str | None = None
+    message_id: int | None = None
+    checkpoint_id: str | None = None
+    namespace: dict[str, str] | None = None
+    metadata: dict[str, str] | None = None
+    tags: dict[str, str] | None = None
+    infer: bool = False
+    parameters: dict[str, Any] | None = None
+
+
+def _working_doc(
+    container: Container, req: AddMemoryRequest, namespace: dict[str, str] | None
+) -> dict[str, Any]:
+    now = now_ms()
+    doc: dict[str, Any] = {}
+    if namespace and namespace.get("session_id"):
+        doc["session_id"] = namespace["session_id"]
+    doc["memory_container_id"] = container.id
+    doc["payload_type"] = req.payload_type
+    optional = (
+        ("messages", req.messages),
+        ("message_id", req.message_id),
+        ("checkpoint_id", req.checkpoint_id),
+        ("binary_data", req.binary_data),
+        ("structured_data", req.structured_data),
+        ("structured_data_blob", req.structured_data_blob),
+    )
+    doc.update({k: v for k, v in optional if v is not None})
+    if namespace is not None:
+        doc["namespace"] = namespace
+        doc["namespace_size"] = len(namespace)
+    doc.update({k: v for k, v in (("metadata", req.metadata), ("tags", req.tags)) if v is not None})
+    if req.parameters:
+        doc["parameters"] = req.parameters
+    doc["infer"] = req.infer
+    doc["created_time"] = now
+    doc["last_updated_time"] = now
+    return doc
+
+
+async def add_memory(svc: Services, container: Container, req: AddMemoryRequest) -> dict[str, Any]:
+    """Write one working-memory document; ``{"session_id"?, "working_memory_id"}``."""
+    if req.infer and not req.messages:
+        raise BadRequest("No messages provided when inferring memory")
+    if req.infer and not container.configuration.get("llm_id"):
+        raise BadRequest("infer=true requires llm_model_id to be configured in memory storage")
+    index = _index_or_404(container, "working")
+    namespace = dict(req.namespace) if req.namespace is not None else None
+    sessions_index = container.index_name("sessions")
+    session_id = (namespace or {}).get("session_id")
+    if sessions_index is not None and not session_id and req.payload_type == "conversational":
+        if container.configuration.get("llm_id"):
+            # ml-commons asks the LLM for a summary first; memproxy has none, so the session has no summary.
+            session_id = await _new_session(svc, container, sessions_index, namespace or {})
+            namespace = {**(namespace or {}), "session_id": session_id}
+    elif sessions_index is not None and session_id:
+        await _upsert_session(svc, container, sessions_index, session_id, namespace or {})
+    result = await docs.index_doc(svc.store, index, _working_doc(container, req, namespace), refresh=True)
+    if req.infer:
+        await _record_no_extraction(svc, container, namespace or {}, req.tags or {})
+    response: dict[str, Any] = {}
+    if namespace and namespace.get("session_id"):
+        response["session_id"] = namespace["session_id"]
+    response["working_memory_id"] = result["_id"]
+    return response
+
+
+async def _new_session(svc: Services, container: Container, index: str, namespace: Mapping[str, str]) -> str:
+    now = now_ms()
+    doc = {
+        "memory_container_id": container.id,
+        "namespace": dict(namespace),
+        "created_time": now,
+        "last_updated_time": now,
+    }
+    result = await docs.index_doc(svc.store, index, doc, refresh=True)
+    return str(result["_id"])
+
+
+async def _upsert_session(
+    svc: Services, container: Container, index: str, session_id: str, namespace: Mapping[str, str]
+) -> None:
+    """3.8: a client-chosen session gets a minimal document if it has none, and its time moves on."""
+    now = now_ms()
+    minimal = {
+        "memory_container_id": container.id,
+        "namespace": dict(namespace),
+        "created_time": now,
+        "last_updated_time": now,
+    }
+    body = {"doc": {"last_updated_time": now}, "upsert": minimal}
+    await svc.store.request(
+        "POST", f"/{_quote(index)}/_update/{_quote(session_id)}", body=body, params={"refresh": "true"}
+    )
+
+
+def _quote(part: str) -> str:
+    from urllib.parse import quote
+
+    return quote(part, safe="")
+
+
+async def _record_no_extraction(
+    svc: Services, container: Container, namespace: Mapping[str, str], tags: Mapping[str, str]
+) -> None:
+    """ml-commons writes an error history document when extraction fails; memproxy's extraction always does.
+
+    One document per enabled strategy whose namespace keys the request has (the strategies that would
+    have run), best effort like ml-commons' background job.
+    """
+    index = container.index_name("history")
+    if index is None:
+        return
+    now = now_ms()
+    for strategy in container.configuration.get("strategies") or []:
+        keys = strategy.get("namespace") or []
+        if not strategy.get("enabled", True) or any(k not in namespace for k in keys):
+            continue
+        scoped = {k: namespace[k] for k in keys}
+        doc = {
+            "memory_container_id": container.id,
+            "created_time": now,
+            "namespace": scoped,
+            "namespace_size": len(scoped),
+            "tags": dict(tags),
+            "error": NO_LLM_EXTRACTION,
+        }
+        try:
+            await docs.index_doc(svc.store, index, doc, refresh=True)
+        except MemproxyError:
+            log.exception("could not write the history record of a skipped extraction")
+
+
+@dataclass
+class CreateSessionRequest:
+    session_id: str | None = None
+    summary: str | None = None
+    metadata: dict[str, Any] | None = None
+    agents: dict[str, Any] | None = None
+    additional_info: dict[str, Any] | None = None
+    namespace: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def create_session(svc: Services, container: Container, req: CreateSessionRequest) -> dict[str, Any]:
+    """``{"session_id", "status": "created"|"exists"}``; an existing session is left untouched (3.6+)."""
+    index = container.index_name("sessions")
+    if index is None:
+        raise BadRequest("Session is disabled for this container", os_type="status_exception")
+    now = now_ms()
+    doc: dict[str, Any] = {"memory_container_id": container.id}
+    if req.summary is not None:
+        doc["summary"] = req.summary
+    doc["created_time"] = now
+    doc["last_updated_time"] = now
+    for key in ("metadata", "agents", "additional_info", "namespace"):
+        if getattr(req, key) is not None:
+            doc[key] = getattr(req, key)
+    session_id = req.session_id if req.session_id and req.session_id.strip() else None
+    try:
+        result = await docs.index_doc(svc.store, index, doc, doc_id=session_id, create=True, refresh=True)
+    except OpenSearchError as exc:
+        if session_id is not None and exc.status == 409:
+            return {"session_id": session_id, "status": "exists"}
+        raise
+    return {"session_id": result["_id"], "status": "created"}
+
+
+# --- get / update / delete by type -----------------------------------------------------------------
+
+
+def render_memory(memory_type: str, source: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored document as ml-commons' GET returns it: known keys only, in its order, no id."""
+    out: dict[str, Any] = {}
+    for key in _GET_KEYS[memory_type]:
+        if key == "namespace_size":
+            if source.get("namespace"):
+                out[key] = len(source["namespace"])
+            continue
+        value = source.get(key)
+        if memory_type == "working" and key in ("payload_type", "infer"):
+            out[key] = value if value is not None else ("conversational" if key == "payload_type" else False)
+            continue
+        if value is None or (isinstance(value, dict | list) and not value):
+            continue
+        out[key] = value
+    return out
+
+
+async def _load(
+    svc: Services, container: Container, memory_type: str, memory_id: str
+) -> tuple[str, dict[str, Any]]:
+    index = _index_or_404(container, memory_type)
+    found = await docs.get_doc(svc.store, index, memory_id)
+    # Indices are shared by every container with the same prefix: another container's memory is not found.
+    if found is None or found["_source"].get("memory_container_id") != container.id:
+        raise NotFound("Memory not found")
+    return index, found
+
+
+async def get_memory(svc: Services, container: Container, memory_type: str, memory_id: str) -> dict[str, Any]:
+    _, found = await _load(svc, container, memory_type, memory_id)
+    return render_memory(memory_type, found["_source"])
+
+
+async def update_memory(
+    svc: Services, container: Container, memory_type: str, memory_id: str, changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Patch the updatable keys and re-index the whole document; the node's index result.
+
+    A long-term ``memory`` is embedded again, as ml-commons' ingest pipeline would.
+    """
+    if memory_type == "history":
+        raise NotFound("Can't update memory history")
+    if changes.get("pinned") is not None:
+        if memory_type == "working":
+            raise BadRequest(PINNED_WORKING, os_type="status_exception")
+        raise Forbidden(PINNED_DISABLED)
+    index, found = await _load(svc, container, memory_type, memory_id)
+    doc = dict(found["_source"])
+    applied = {k: changes[k] for k in _UPDATABLE[memory_type] if k in changes}
+    if memory_type == "long-term" and "memory" in applied:
+        text = applied["memory"]
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest("Text cannot be null or empty")
+        vectors = await embed_texts(svc, container, [text])
+        doc.update({name: vecs[0] for name, vecs in vectors.items()})
+    doc.update(applied)
+    if any(k in applied for k in _CONTENT_KEYS[memory_type]):
+        doc["last_updated_time"] = now_ms()
+    return await docs.index_doc(
+        svc.store,
+        index,
+        doc,
+        doc_id=memory_id,
+        refresh=True,
+        if_seq_no=found.get("_seq_no"),
+        if_primary_term=found.get("_primary_term"),
+    )
+
+
+async def delete_memory(
+    svc: Services, container: Container, memory_type: str, memory_id: str
+) -> dict[str, Any]:
+    index, _ = await _load(svc, container, memory_type, memory_id)
+    return await docs.delete_doc(svc.store, index, memory_id, refresh=False)
+
+
+# --- search and delete by query --------------------------------------------------------------------
+
+
+async def _embed_neural(svc: Services, container: Container, query: Any) -> Any:
+    """``neural`` clauses (which need the neural-search plugin) become ``knn`` with memproxy's vectors."""
+    clauses = neural_clauses(query)
+    if not clauses:
+        return query
+    vectors: list[list[float]] = []
+    for clause in clauses:
+        model = clause.model_id or container.embedder_id
+        if model is None:
+            raise BadRequest("model_id must be provided for neural query")
+        try:
+            embedder = svc.embedders.get(model)
+        except NotFound:
+            raise BadRequest(f"Embedding model with ID {model} not found") from None
+        vectors.append([float(x) for x in (await embedder.embed([clause.query_text]))[0]])
+    return replace_neural(query, vectors)
+
+
+async def search_memories(
+    svc: Services, container: Container, memory_type: str, body: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The type's ``_search``, scoped to the container the way ml-commons scopes it; the node's response."""
+    index = container.index_name(memory_type)
+    if index is None:
+        raise MemproxyError(
+            "Failed to build search request: index must not be null",
+            os_type="exception",
+            details={"caused_by": {"type": "null_pointer_exception", "reason": "index must not be null"}},
+        )
+    request = dict(body)
+    if request.get("query") is not None and not isinstance(request["query"], Mapping):
+        raise BadRequest(
+            "[query] query malformed, no start_object after query name", os_type="parsing_exception"
+        )
+    request["query"] = add_filter(request.get("query"), container_term(container.id))
+    request["query"] = await _embed_neural(svc, container, request["query"])
+    try:
+        return await docs.search(svc.store, index, apply_ml_search_options(request))
+    except OpenSearchError as exc:
+        if docs.is_index_missing(exc):
+            return dict(EMPTY_SEARCH_RESPONSE)
+        raise
+
+
+async def delete_by_query(
+    svc: Services, container: Container, memory_type: str, query: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The node's ``_delete_by_query`` result for ``query`` within this container (refresh=true)."""
+    if query is None:
+        raise BadRequest(DELETE_BY_QUERY_NEEDS_QUERY, os_type="status_exception")
+    index = container.index_name(memory_type)
+    if index is None:
+        raise BadRequest(
+            f"Invalid memory type or memory type is disabled: {memory_type}", os_type="status_exception"
+        )
+    scoped = {"bool": {"must": [dict(query)], "filter": [container_term(container.id)]}}
+    return await docs.delete_by_query(svc.store, index, scoped, refresh=True)

@@ -1,0 +1,240 @@
+"""Semantic (k-NN) and hybrid (BM25 + k-NN) retrieval over a container's long-term memories.
+
+Every filter, the container's own included, goes inside the knn clause, so a search returns
+min(k, matching) hits (ml-commons post-filters and can return fewer). Scores are Lucene's cosinesimil
+``(1 + cos) / 2``, which is ml-commons' score. Hybrid search fuses the two legs here as neural-search's
+normalization processor would (min-max per leg, weighted arithmetic mean), because the node has no
+neural-search plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.longterm import long_term_index
+from proxy.core.query import Hit, Term, VectorSearch, all_of
+from proxy.core.services import Services
+from proxy.errors import BadRequest
+from proxy.store import memories as docs
+from proxy.store.client import OpenSearchError
+from proxy.store.query_dsl import bm25_search_body, compile_filter, vector_search_body
+
+__all__ = [
+    "MAX_K",
+    "SearchResult",
+    "hybrid_search",
+    "hybrid_search_result",
+    "min_max_normalize",
+    "query_vector",
+    "semantic_search",
+    "vector_search",
+]
+
+MAX_K = 10_000
+# neural-search's min-max: the lowest score of a leg maps to this instead of 0, a lone result to 1.
+MIN_NORMALIZED = 0.001
+INTERNAL_SOURCE_FIELDS = ("metadata_index",)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Hits plus the response-level facts a standard search response reports."""
+
+    hits: list[Hit]
+    took: int = 0
+    timed_out: bool = False
+    shards: dict[str, Any] = field(
+        default_factory=lambda: {"total": 0, "successful": 0, "skipped": 0, "failed": 0}
+    )
+    total: int = 0
+
+    @property
+    def max_score(self) -> float | None:
+        scores = [h.score for h in self.hits if h.score is not None]
+        return max(scores) if scores else None
+
+
+def _check_k(k: int) -> None:
+    if not 1 <= k <= MAX_K:
+        raise BadRequest(f"k must be between 1 and {MAX_K}")
+
+
+async def query_vector(svc: Services, search: VectorSearch) -> list[float]:
+    """The search's vector: given, or ``query_text`` embedded by the embedder of ``vector_field``."""
+    if search.vector is not None:
+        return [float(x) for x in search.vector]
+    if search.query_text is None or not search.query_text.strip():
+        raise BadRequest("query cannot be null or blank")
+    fields = dict(search.container.vector_fields())
+    embedder_id = fields.get(search.vector_field)
+    if embedder_id is None:
+        raise BadRequest(f"field [{search.vector_field}] is not a vector field of this memory container")
+    vectors = await svc.embedders.get(embedder_id).embed([search.query_text])
+    return [float(x) for x in vectors[0]]
+
+
+def _scoped_filter(search: VectorSearch) -> dict[str, Any] | None:
+    return compile_filter(all_of([search.filter, Term("memory_container_id", search.container.id)]))
+
+
+def _source_excludes(search: VectorSearch) -> list[str]:
+    vector_fields = [name for name, _ in search.container.vector_fields()]
+    return list(dict.fromkeys([*vector_fields, *INTERNAL_SOURCE_FIELDS, *search.source_excludes]))
+
+
+def _hits(response: Mapping[str, Any]) -> list[Hit]:
+    return [
+        Hit(
+            id=h["_id"],
+            index=h["_index"],
+            score=h.get("_score"),
+            source=h.get("_source", {}),
+            sort=h.get("sort"),
+        )
+        for h in response["hits"]["hits"]
+    ]
+
+
+def _result(response: Mapping[str, Any], hits: list[Hit] | None = None) -> SearchResult:
+    total = response["hits"].get("total")
+    return SearchResult(
+        hits=_hits(response) if hits is None else hits,
+        took=int(response.get("took", 0)),
+        timed_out=bool(response.get("timed_out", False)),
+        shards=dict(response.get("_shards") or {}),
+        total=int(total["value"]) if isinstance(total, Mapping) else int(total or 0),
+    )
+
+
+async def _search_or_empty(svc: Services, index: str, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    try:
+        return await docs.search(svc.store, index, body)
+    except OpenSearchError as exc:
+        if docs.is_index_missing(exc):
+            return None
+        raise
+
+
+async def vector_search(svc: Services, search: VectorSearch) -> SearchResult:
+    """One knn request with the whole filter inside the knn clause; ``size`` = k."""
+    _check_k(search.k)
+    index = long_term_index(search.container)
+    vector = await query_vector(svc, search)
+    body = vector_search_body(
+        field=search.vector_field,
+        vector=vector,
+        k=search.k,
+        filter_dsl=_scoped_filter(search),
+        min_score=search.min_score,
+        ef_search=search.ef_search,
+        source_includes=search.source_includes,
+        source_excludes=_source_excludes(search),
+    )
+    response = await _search_or_empty(svc, index, body)
+    return SearchResult(hits=[]) if response is None else _result(response)
+
+
+async def semantic_search(svc: Services, search: VectorSearch) -> list[Hit]:
+    return (await vector_search(svc, search)).hits
+
+
+def min_max_normalize(scores: Mapping[str, float]) -> dict[str, float]:
+    """neural-search's ``min_max`` technique for one leg's scores."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    out: dict[str, float] = {}
+    for doc_id, score in scores.items():
+        if high == low:
+            out[doc_id] = 1.0
+        else:
+            normalized = (score - low) / (high - low)
+            out[doc_id] = normalized if normalized != 0.0 else MIN_NORMALIZED
+    return out
+
+
+def _fuse(
+    legs: Sequence[Mapping[str, Hit]], weights: Sequence[float], k: int, min_score: float | None
+) -> tuple[list[Hit], int]:
+    """Weighted arithmetic mean of the normalised leg scores; a document missing from a leg scores 0 there."""
+    normalized = [min_max_normalize({i: float(h.score or 0.0) for i, h in leg.items()}) for leg in legs]
+    ids = list(dict.fromkeys(i for leg in legs for i in leg))
+    total_weight = sum(weights) or 1.0
+    fused: list[Hit] = []
+    for doc_id in ids:
+        score = (
+            sum(w * norm.get(doc_id, 0.0) for w, norm in zip(weights, normalized, strict=True)) / total_weight
+        )
+        if min_score is not None and score < min_score:
+            continue
+        first = next(leg[doc_id] for leg in legs if doc_id in leg)
+        fused.append(Hit(id=doc_id, index=first.index, score=score, source=first.source))
+    fused.sort(key=lambda h: (-(h.score or 0.0), h.id))
+    return fused[:k], len(ids)
+
+
+async def hybrid_search_result(
+    svc: Services,
+    search: VectorSearch,
+    *,
+    bm25_weight: float = 0.5,
+    neural_weight: float = 0.5,
+    text_field: str = "memory",
+) -> SearchResult:
+    """BM25 ``match`` on ``text_field`` and the knn search, both top-k under the same filter, fused."""
+    _check_k(search.k)
+    if search.query_text is None or not search.query_text.strip():
+        raise BadRequest("query cannot be null or blank")
+    index = long_term_index(search.container)
+    vector = await query_vector(svc, search)
+    filter_dsl = _scoped_filter(search)
+    excludes = _source_excludes(search)
+    knn_body = vector_search_body(
+        field=search.vector_field,
+        vector=vector,
+        k=search.k,
+        filter_dsl=filter_dsl,
+        ef_search=search.ef_search,
+        source_includes=search.source_includes,
+        source_excludes=excludes,
+    )
+    bm25_body = bm25_search_body(
+        text_field=text_field,
+        text=search.query_text,
+        size=search.k,
+        filter_dsl=filter_dsl,
+        source_includes=search.source_includes,
+        source_excludes=excludes,
+    )
+    lexical, neural = await asyncio.gather(
+        _search_or_empty(svc, index, bm25_body), _search_or_empty(svc, index, knn_body)
+    )
+    if lexical is None or neural is None:
+        return SearchResult(hits=[])
+    legs = [{h.id: h for h in _hits(lexical)}, {h.id: h for h in _hits(neural)}]
+    hits, union = _fuse(legs, [bm25_weight, neural_weight], search.k, search.min_score)
+    merged = _result(neural, hits)
+    return SearchResult(
+        hits=hits,
+        took=max(int(lexical.get("took", 0)), merged.took),
+        timed_out=bool(lexical.get("timed_out")) or merged.timed_out,
+        shards=merged.shards,
+        total=union,
+    )
+
+
+async def hybrid_search(
+    svc: Services,
+    search: VectorSearch,
+    *,
+    bm25_weight: float = 0.5,
+    neural_weight: float = 0.5,
+    text_field: str = "memory",
+) -> list[Hit]:
+    result = await hybrid_search_result(
+        svc, search, bm25_weight=bm25_weight, neural_weight=neural_weight, text_field=text_field
+    )
+    return result.hits

@@ -1,0 +1,252 @@
+"""Dynamic micro-batching in front of one model, after text-embeddings-inference's queue.
+
+Callers tokenize (on the loop for small inputs, on a helper thread for big ones), then park one item per
+text in a bounded FIFO and await a future. One asyncio task per model owns the queue: it cuts a batch
+by a padded-token budget, hands it to the shared compute thread, and delivers each vector to its
+caller. The event loop only ever moves token ids and futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from typing import cast
+
+from proxy.embedding.config import EmbedderInfo, EngineOptions
+from proxy.embedding.errors import EmbedderClosed, EmbedderOverloaded, EmbeddingFailed
+from proxy.embedding.model import LoadedModel
+from proxy.errors import BadRequest
+
+__all__ = ["Embedder"]
+
+log = logging.getLogger(__name__)
+
+# Inputs at most this big are tokenized on the loop (tens of microseconds per short text); a thread hop
+# would cost more than it saves. Bigger inputs go to the tokenizer thread.
+_INLINE_TOKENIZE_TEXTS = 8
+_INLINE_TOKENIZE_CHARS = 4096
+
+_WARMUP_TEXTS = (
+    ["memproxy warm-up"],
+    [("remember this " * n).strip() for n in (2, 6, 12, 24, 48, 96)],
+)
+
+
+class _Request:
+    """One embed() call: its future and the vectors gathered so far."""
+
+    __slots__ = ("future", "queued", "remaining", "vectors")
+
+    def __init__(self, future: asyncio.Future[list[list[float]]], size: int):
+        self.future = future
+        self.vectors: list[list[float] | None] = [None] * size
+        self.remaining = size
+        self.queued = size  # items still waiting in the queue
+
+    def deliver(self, index: int, vector: list[float]) -> None:
+        self.vectors[index] = vector
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result(cast(list[list[float]], self.vectors))
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _Item:
+    """One text of a request, tokenized."""
+
+    __slots__ = ("ids", "index", "request")
+
+    def __init__(self, request: _Request, index: int, ids: list[int]):
+        self.request = request
+        self.index = index
+        self.ids = ids
+
+
+def _compute(model: LoadedModel, batch: Sequence[_Item]) -> list[list[float] | None]:
+    """Runs on the compute thread. Items whose caller gave up while the batch waited cost nothing."""
+    live = [i for i, item in enumerate(batch) if not item.request.future.done()]
+    results: list[list[float] | None] = [None] * len(batch)
+    if live:
+        vectors = model.embed_tokens([batch[i].ids for i in live])
+        for i, vector in zip(live, vectors, strict=True):
+            results[i] = vector
+    return results
+
+
+def _as_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts, not a single string")
+    batch = list(texts)
+    for i, text in enumerate(batch):
+        if not isinstance(text, str):
+            raise BadRequest(f"text [{i}] to embed is a {type(text).__name__}, not a string")
+    return batch
+
+
+class Embedder:
+    """One loaded model and its batching queue."""
+
+    def __init__(
+        self,
+        info: EmbedderInfo,
+        model: LoadedModel,
+        options: EngineOptions,
+        compute: Executor,
+        tokenize: Executor,
+    ):
+        self.info = info
+        self.model = model
+        self._compute = compute
+        self._tokenize_pool = tokenize
+        self._max_batch_tokens = options.max_batch_tokens
+        self._max_batch_size = options.max_batch_size
+        self._max_queue = options.max_queue
+        self._queue: deque[_Item] = deque()
+        self._queued = 0
+        self._inflight: list[_Item] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.batches_run = 0
+        self.texts_embedded = 0
+
+    @property
+    def queued(self) -> int:
+        """Texts waiting for a batch (not counting the one being computed)."""
+        return self._queued
+
+    @property
+    def max_queue(self) -> int:
+        return self._max_queue
+
+    def start(self) -> None:
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"embedder:{self.info.id}")
+
+    async def warmup(self) -> None:
+        """First forwards pay for kernel selection and allocator growth; pay it before callers arrive."""
+        for texts in _WARMUP_TEXTS:
+            await self.embed(texts)
+
+    async def embed_one(self, text: str) -> list[float]:
+        return (await self.embed([text]))[0]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors for ``texts``, in input order; unit length when the model normalises."""
+        batch = _as_texts(texts)
+        if not batch:
+            return []
+        self._reserve(len(batch))
+        try:
+            token_ids = await self._tokenize(batch)
+            if self._closed:
+                raise EmbedderClosed(f"embedder [{self.info.id}] is shut down")
+        except BaseException:
+            if not self._closed:  # close() has already emptied the books
+                self._queued -= len(batch)
+            raise
+        request = _Request(asyncio.get_running_loop().create_future(), len(batch))
+        self._queue.extend(_Item(request, i, ids) for i, ids in enumerate(token_ids))
+        self._wake.set()
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            self._release(request)
+            raise
+
+    def _reserve(self, count: int) -> None:
+        if self._closed or self._task is None:
+            raise EmbedderClosed(f"embedder [{self.info.id}] is not running")
+        if count > self._max_queue:
+            raise BadRequest(
+                f"{count} texts in one call; embedder [{self.info.id}] takes at most "
+                f"{self._max_queue} per call"
+            )
+        if self._queued + count > self._max_queue:
+            raise EmbedderOverloaded(
+                f"embedder [{self.info.id}] is overloaded: {self._queued} of {self._max_queue} texts "
+                f"already queued, {count} more refused; retry later"
+            )
+        self._queued += count
+
+    def _release(self, request: _Request) -> None:
+        """Frees the queue room of a request that will not be served; its items are skipped later."""
+        self._queued -= request.queued
+        request.queued = 0
+
+    async def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        if len(texts) <= _INLINE_TOKENIZE_TEXTS and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
+            return self.model.tokenize(texts)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tokenize_pool, self.model.tokenize, texts)
+
+    def _next_batch(self) -> list[_Item]:
+        """FIFO up to the padded-token budget; a single text over the budget still runs, alone."""
+        batch: list[_Item] = []
+        longest = 0
+        while self._queue and len(batch) < self._max_batch_size:
+            item = self._queue[0]
+            if item.request.future.done():  # cancelled or failed: already released
+                self._queue.popleft()
+                continue
+            width = max(longest, len(item.ids))
+            if batch and width * (len(batch) + 1) > self._max_batch_tokens:
+                break
+            self._queue.popleft()
+            item.request.queued -= 1
+            self._queued -= 1
+            batch.append(item)
+            longest = width
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = self._next_batch()
+            if not batch:
+                continue
+            self._inflight = batch
+            try:
+                vectors = await loop.run_in_executor(self._compute, _compute, self.model, batch)
+            except Exception as exc:
+                log.exception("embedder %s failed on a batch of %d texts", self.info.id, len(batch))
+                error = EmbeddingFailed(f"embedder [{self.info.id}] failed: {type(exc).__name__}: {exc}")
+                for item in batch:
+                    self._release(item.request)
+                    item.request.fail(error)
+            else:
+                self.batches_run += 1
+                for item, vector in zip(batch, vectors, strict=True):
+                    if vector is not None:
+                        item.request.deliver(item.index, vector)
+                        self.texts_embedded += 1
+            self._inflight = []
+            # One loop turn lets callers whose vectors just arrived queue their next texts, so the next
+            # batch is cut from a full queue rather than from whoever was early.
+            await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        """Stops the batching task; every caller still waiting gets EmbedderClosed. Never waits on compute."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task])  # unlike a bare await, does not swallow our own cancellation
+        error = EmbedderClosed(f"embedder [{self.info.id}] shut down before the texts were embedded")
+        for item in (*self._inflight, *self._queue):
+            item.request.queued = 0
+            item.request.fail(error)
+        self._queue.clear()
+        self._inflight = []
+        self._queued = 0

@@ -1,0 +1,82 @@
+"""Plain data: how an embedder is configured, how the engine runs, and what a loaded embedder is."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_EMBEDDER_ALIAS",
+    "DEFAULT_EMBEDDER_ID",
+    "DEFAULT_EMBEDDER_NAME",
+    "EmbedderInfo",
+    "EmbedderSpec",
+    "EngineOptions",
+    "embedder_id_for",
+]
+
+
+def embedder_id_for(name: str) -> str:
+    """A stable UUID for a model name, so every proxy instance derives the same id without state."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"memproxy/embedders/{name}"))
+
+
+DEFAULT_EMBEDDER_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_EMBEDDER_ID = embedder_id_for(DEFAULT_EMBEDDER_NAME)
+DEFAULT_EMBEDDER_ALIAS = "all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class EmbedderInfo:
+    """What a loaded embedder is; safe to show to clients."""
+
+    id: str
+    name: str
+    dimension: int
+    max_tokens: int
+    model_path: str
+    pooling: str
+    normalize: bool
+    device: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class EmbedderSpec:
+    """A configured local model: a directory in sentence-transformers (or plain transformers) layout."""
+
+    id: str
+    path: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How every embedder of a registry runs.
+
+    ``device``: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda``, ``cuda:N``.
+    ``dtype``: ``auto`` (bfloat16 on CPUs with native bf16, float16 on CUDA, float32 otherwise),
+    ``float32`` (the reference), ``bfloat16``, ``float16``.
+    ``threads``: torch intra-op threads for model work; ``None`` keeps torch's default (physical cores).
+    ``max_batch_tokens``: padded-token budget of one batch (texts x longest text).
+    ``max_batch_size``: most texts in one batch, whatever their length.
+    ``max_queue``: most texts waiting per embedder; more are refused at once with EmbedderOverloaded.
+    ``pad_to_multiple``: round each forward's sequence length up to this, so the kernels see few shapes.
+    ``warmup``: run a few batches at start-up so the first callers do not pay for kernel set-up.
+    """
+
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    max_batch_tokens: int = 16384
+    max_batch_size: int = 256
+    max_queue: int = 1024
+    pad_to_multiple: int = 8
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("threads must be >= 1")
+        for name in ("max_batch_tokens", "max_batch_size", "max_queue", "pad_to_multiple"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")

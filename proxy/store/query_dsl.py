@@ -1,0 +1,276 @@
+"""The core query model → OpenSearch Query DSL. The only place vector-search DSL is built.
+
+Vector searches put every filter inside the ``knn`` clause (efficient filtering: Lucene searches the HNSW
+graph with the filter as an accept-list and falls back to an exact scan when few documents match), so a
+search returns min(k, matching) hits. ml-commons puts the same filters in a ``bool.filter`` beside its
+``neural`` clause, which post-filters the top k and can return fewer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.query import (
+    And,
+    Exists,
+    Filter,
+    MatchAll,
+    MetadataFilter,
+    Not,
+    Or,
+    Range,
+    RawDsl,
+    Term,
+    Terms,
+)
+from proxy.errors import BadRequest
+
+__all__ = [
+    "NeuralClause",
+    "add_filter",
+    "apply_ml_search_options",
+    "bm25_search_body",
+    "compile_filter",
+    "container_term",
+    "knn_clause",
+    "neural_clauses",
+    "replace_neural",
+    "vector_search_body",
+]
+
+# neural-search's default when a neural clause gives neither k, min_score nor max_distance.
+NEURAL_DEFAULT_K = 10
+
+
+def compile_filter(f: Filter) -> dict[str, Any] | None:
+    """DSL for a filter tree; ``None`` when it matches everything (so callers can omit the clause)."""
+    if isinstance(f, MatchAll):
+        return None
+    if isinstance(f, Term):
+        return {"term": {f.field: f.value}}
+    if isinstance(f, Terms):
+        return {"terms": {f.field: list(f.values)}}
+    if isinstance(f, Exists):
+        return {"exists": {"field": f.field}}
+    if isinstance(f, Range):
+        bounds = {
+            k: v for k, v in (("gte", f.gte), ("gt", f.gt), ("lte", f.lte), ("lt", f.lt)) if v is not None
+        }
+        return {"range": {f.field: bounds}}
+    if isinstance(f, RawDsl):
+        return copy.deepcopy(dict(f.query))
+    if isinstance(f, MetadataFilter):
+        return _compile_metadata(f.expr)
+    if isinstance(f, And):
+        clauses = [c for c in (compile_filter(x) for x in f.clauses) if c is not None]
+        if not clauses:
+            return None
+        return clauses[0] if len(clauses) == 1 else {"bool": {"filter": clauses}}
+    if isinstance(f, Or):
+        compiled = [compile_filter(x) for x in f.clauses]
+        if not compiled:
+            return {"match_none": {}}
+        if any(c is None for c in compiled):
+            return None
+        return {"bool": {"should": compiled, "minimum_should_match": 1}}
+    if isinstance(f, Not):
+        inner = compile_filter(f.clause)
+        return {"match_none": {}} if inner is None else {"bool": {"must_not": [inner]}}
+    raise TypeError(f"not a filter: {f!r}")
+
+
+def _compile_metadata(expr: Any) -> dict[str, Any]:
+    # Imported here: the filters room is optional for every other kind of search.
+    from proxy import filters
+
+    compiler = getattr(filters, "compile_filter", None)
+    if compiler is None:
+        raise BadRequest("metadata filters are not available in this build")
+    compiled: dict[str, Any] = compiler(expr)
+    return compiled
+
+
+def container_term(container_id: str) -> dict[str, Any]:
+    return {"term": {"memory_container_id": container_id}}
+
+
+def knn_clause(
+    field: str,
+    vector: Sequence[float],
+    k: int,
+    *,
+    filter_dsl: Mapping[str, Any] | None = None,
+    ef_search: int | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"vector": list(vector), "k": k}
+    if filter_dsl is not None:
+        body["filter"] = dict(filter_dsl)
+    if ef_search is not None:
+        # Lucene uses max(k, ef_search) candidates; the request's size keeps the answer at k.
+        body["method_parameters"] = {"ef_search": ef_search}
+    return {"knn": {field: body}}
+
+
+def _source_spec(includes: Sequence[str], excludes: Sequence[str]) -> dict[str, Any]:
+    return {"includes": list(includes), "excludes": list(excludes)}
+
+
+def vector_search_body(
+    *,
+    field: str,
+    vector: Sequence[float],
+    k: int,
+    filter_dsl: Mapping[str, Any] | None,
+    min_score: float | None = None,
+    ef_search: int | None = None,
+    source_includes: Sequence[str] = (),
+    source_excludes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One search request: a knn query with the whole filter inside it, ``size`` = k."""
+    body: dict[str, Any] = {
+        "size": k,
+        "_source": _source_spec(source_includes, source_excludes),
+        "query": knn_clause(field, vector, k, filter_dsl=filter_dsl, ef_search=ef_search),
+    }
+    if min_score is not None:
+        # Request-level min_score (not the radial knn one): it drops hits by their final _score, which
+        # for Lucene cosinesimil is ml-commons' (1 + cos) / 2.
+        body["min_score"] = min_score
+    return body
+
+
+def bm25_search_body(
+    *,
+    text_field: str,
+    text: str,
+    size: int,
+    filter_dsl: Mapping[str, Any] | None,
+    source_includes: Sequence[str] = (),
+    source_excludes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The lexical leg of hybrid search: ``match`` on the text, the same filter as the vector leg."""
+    query: dict[str, Any] = {"bool": {"must": [{"match": {text_field: text}}]}}
+    if filter_dsl is not None:
+        query["bool"]["filter"] = [dict(filter_dsl)]
+    return {"size": size, "_source": _source_spec(source_includes, source_excludes), "query": query}
+
+
+def add_filter(query: Mapping[str, Any] | None, clause: Mapping[str, Any]) -> dict[str, Any]:
+    """ml-commons' way of scoping a caller's query (TransportSearchMemoriesAction):
+
+    a ``bool`` gets ``{"bool":{"filter":[clause]}}`` appended to its ``filter`` list; any other query ``q``
+    becomes ``{"bool":{"must":[q],"filter":[that]}}``; no query becomes that bool alone.
+    """
+    wrapper: dict[str, Any] = {"bool": {"filter": [dict(clause)]}}
+    if query is None:
+        return wrapper
+    q = copy.deepcopy(dict(query))
+    if len(q) == 1 and isinstance(q.get("bool"), dict):
+        existing = q["bool"].get("filter")
+        if existing is None:
+            q["bool"]["filter"] = [wrapper]
+        elif isinstance(existing, list):
+            existing.append(wrapper)
+        else:
+            q["bool"]["filter"] = [existing, wrapper]
+        return q
+    return {"bool": {"must": [q], "filter": [wrapper]}}
+
+
+@dataclass(frozen=True)
+class NeuralClause:
+    """A ``neural`` query in a caller's DSL: memproxy embeds ``query_text`` itself (no neural-search)."""
+
+    field: str
+    query_text: str
+    model_id: str | None
+
+
+_NEURAL_PASS = ("k", "filter", "min_score", "max_distance", "method_parameters", "boost", "_name", "rescore")
+
+
+def _neural_parts(node: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    spec = node["neural"]
+    if not isinstance(spec, Mapping) or len(spec) != 1:
+        raise BadRequest(
+            "[neural] query malformed, no start_object after query name", os_type="parsing_exception"
+        )
+    field, params = next(iter(spec.items()))
+    if not isinstance(params, Mapping):
+        raise BadRequest(f"[neural] query malformed for field [{field}]", os_type="parsing_exception")
+    text = params.get("query_text")
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest(
+            "query_text field must be provided for neural query", os_type="illegal_argument_exception"
+        )
+    return str(field), dict(params)
+
+
+def _walk(node: Any, visit: Any) -> Any:
+    if isinstance(node, Mapping):
+        if len(node) == 1 and "neural" in node:
+            return visit(node)
+        return {k: _walk(v, visit) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_walk(v, visit) for v in node]
+    return node
+
+
+def neural_clauses(query: Any) -> list[NeuralClause]:
+    """Every ``neural`` clause in a DSL tree, in document order (``replace_neural`` uses the same order)."""
+    found: list[NeuralClause] = []
+
+    def visit(node: Mapping[str, Any]) -> Any:
+        field, params = _neural_parts(node)
+        found.append(NeuralClause(field, params["query_text"], params.get("model_id")))
+        if isinstance(params.get("filter"), Mapping):
+            _walk(params["filter"], visit)
+        return node
+
+    _walk(query, visit)
+    return found
+
+
+def replace_neural(query: Any, vectors: Sequence[Sequence[float]]) -> Any:
+    """The DSL with each ``neural`` clause turned into the ``knn`` clause neural-search would have run."""
+    it = iter(vectors)
+
+    def visit(node: Mapping[str, Any]) -> Any:
+        field, params = _neural_parts(node)
+        knn: dict[str, Any] = {"vector": list(next(it))}
+        for key in _NEURAL_PASS:
+            if key in params:
+                knn[key] = _walk(params[key], visit) if key == "filter" else params[key]
+        if not any(key in knn for key in ("k", "min_score", "max_distance")):
+            knn["k"] = NEURAL_DEFAULT_K
+        return {"knn": {field: knn}}
+
+    return _walk(query, visit)
+
+
+def apply_ml_search_options(body: Mapping[str, Any]) -> dict[str, Any]:
+    """ml-commons' forced search options: versions on, ``_source`` always on (an explicit ``false`` is
+    overridden), ``ui_metadata`` hidden, and ``content``/``model_content`` when no ``_source`` is given."""
+    out = dict(body)
+    out["version"] = True
+    out["seq_no_primary_term"] = True
+    source = out.get("_source")
+    excludes = ["ui_metadata"]
+    if source is None:
+        out["_source"] = {"includes": [], "excludes": [*excludes, "content", "model_content"]}
+    elif isinstance(source, bool):
+        out["_source"] = {"includes": [], "excludes": excludes}
+    elif isinstance(source, str | list):
+        out["_source"] = {
+            "includes": [source] if isinstance(source, str) else list(source),
+            "excludes": excludes,
+        }
+    elif isinstance(source, Mapping):
+        spec = dict(source)
+        given = spec.pop("excludes", spec.pop("exclude", []))
+        spec["excludes"] = [*(given if isinstance(given, list) else [given]), *excludes]
+        out["_source"] = spec
+    return out

@@ -1,0 +1,181 @@
+"""Charts for docs/benchmarks.md from the latest ``results/*.json``: PNGs under ``docs/img/``.
+
+- ``latency-vs-concurrency.png`` (overhead.json): p50 / p99 of both APIs and the embed + knn baseline;
+- ``ingest-throughput.png`` (ingest.json): memories/s of every path against the embedding-bound ceiling;
+- ``recall-vs-selectivity.png`` (scale*.json): recall@10 and the count rule by the share of matching memories;
+- ``recall-vs-ef-search.png`` (scale*.json with ``--ef-sweep``): recall and latency of the broad filters.
+
+A chart whose results are missing is skipped with a note; nothing is invented.
+
+    .venv/bin/python -m scripts.bench.plots
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from scripts.bench.common import REPO, RESULTS
+
+IMG = REPO / "docs" / "img"
+LABELS = {
+    "opensearch_api": "memproxy _semantic_search",
+    "goodmem_api": "memproxy GoodMem retrieve",
+    "baseline": "embed + direct knn (baseline)",
+    "embed_only": "embedder alone",
+    "knn_only": "direct knn alone",
+    "direct_bulk": "direct _bulk (refresh=true)",
+    "direct_bulk_norefresh": "direct _bulk (no refresh)",
+}
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        print(f"skip: {path} is missing")
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def save(fig: Any, name: str) -> None:
+    IMG.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(IMG / name, dpi=110)
+    plt.close(fig)
+    print(f"wrote {IMG / name}")
+
+
+def latency_chart(data: dict[str, Any]) -> None:
+    rows = data["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, key in zip(axes, ("p50 ms", "p99 ms"), strict=True):
+        for variant in ("opensearch_api", "goodmem_api", "baseline", "embed_only", "knn_only"):
+            pts = sorted((r["concurrency"], r[key]) for r in rows if r["variant"] == variant)
+            if pts:
+                style = "--" if variant in ("embed_only", "knn_only") else "-"
+                ax.plot(*zip(*pts, strict=True), style, marker="o", label=LABELS[variant])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(
+            sorted({r["concurrency"] for r in rows}),
+            labels=[str(c) for c in sorted({r["concurrency"] for r in rows})],
+        )
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel(f"{key.split()[0]} latency (ms)")
+        ax.set_title(f"retrieval latency, {key.split()[0]}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    save(fig, "latency-vs-concurrency.png")
+
+
+def ingest_chart(data: dict[str, Any]) -> None:
+    rows = data["rows"]
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
+    names = [LABELS.get(r["variant"], r["variant"]) for r in rows]
+    rates = [r["memories/s"] for r in rows]
+    bars = ax.barh(names, rates, color=["#888" if r["variant"] == "embed_only" else "#4a7ab5" for r in rows])
+    ceiling = data["bounds"]["ceiling"]
+    ax.axvline(ceiling, color="k", ls=":", label=f"embedding-bound ceiling ({ceiling:.0f}/s)")
+    ax.axvline(0.9 * ceiling, color="r", ls="--", label="target: 0.9 x ceiling")
+    serial = data["bounds"].get("embed_then_bulk_bound")
+    if serial:
+        ax.axvline(serial, color="g", ls="-.", label=f"embed, then direct _bulk ({serial:.0f}/s)")
+    for bar, rate in zip(bars, rates, strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {rate:.0f}", va="center", fontsize=8)
+    ax.set_xlabel("memories per second")
+    ax.set_title(f"ingest, batches of {data['params']['batch']}, {data['params']['clients']} clients")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, loc="lower right")
+    save(fig, "ingest-throughput.png")
+
+
+def _share(case: dict[str, Any], n: int) -> float | None:
+    matching = case["matching"]
+    if matching == "all":
+        return None
+    return max(int(matching), 1) / n
+
+
+def recall_chart(runs: list[tuple[str, dict[str, Any]]]) -> None:
+    fig, ax = plt.subplots(figsize=(8.5, 4.4))
+    for label, data in runs:
+        n = data["summary"]["n"]
+        pts = sorted(
+            (s, c[f"recall@{data['params']['k']}"])
+            for c in data["cases"]
+            if (s := _share(c, n)) is not None and c["matching"] > 0
+        )
+        summary = data["summary"]
+        rule = f"count rule {summary['count_rule_ok']}/{summary['count_rule_checked']}"
+        ax.plot(*zip(*pts, strict=True), marker="o", label=f"{label} ({rule})")
+    ax.axhline(0.99, color="r", ls="--", label="target 0.99")
+    ax.set_xscale("log")
+    ax.set_xlabel("share of the container's memories that match the filter")
+    ax.set_ylabel("mean recall@10 vs exact oracle")
+    ax.set_title("filtered k-NN recall@10 against the exact oracle (index ef_search 100)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, "recall-vs-selectivity.png")
+
+
+def ef_chart(runs: list[tuple[str, dict[str, Any]]]) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, data in runs:
+        sweep = [r for r in data.get("ef_sweep", []) if r["matching"] == data["summary"]["n"]]
+        if not sweep:
+            continue
+        pts = sorted((r["ef_search"], r[f"recall@{data['params']['k']}"], r["took p50 ms"]) for r in sweep)
+        ef, rec, took = zip(*pts, strict=True)
+        axes[0].plot(ef, rec, marker="o", label=label)
+        axes[1].plot(ef, took, marker="o", label=label)
+    for ax, title, ylabel in (
+        (axes[0], "recall@10, container filter only", "mean recall@10"),
+        (axes[1], "OpenSearch took, p50", "ms"),
+    ):
+        ax.set_xscale("log")
+        ax.set_xlabel("method_parameters.ef_search")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].axhline(0.99, color="r", ls="--", label="target 0.99")
+    axes[0].legend(fontsize=8)
+    save(fig, "recall-vs-ef-search.png")
+
+
+def scale_runs(names: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    runs = []
+    for name in names:
+        data = load(name)
+        if data is not None:
+            p = data["params"]
+            runs.append((f"{data['summary']['n']:,} {p.get('data', 'random')} vectors", data))
+    return runs
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--scale",
+        default="scale,scale-lowrank,scale-1m",
+        help="comma-separated results/<name>.json of scale runs to draw",
+    )
+    args = p.parse_args(argv)
+    if (overhead := load("overhead")) is not None:
+        latency_chart(overhead)
+    if (ingest := load("ingest")) is not None:
+        ingest_chart(ingest)
+    runs = scale_runs([n for n in args.scale.split(",") if n])
+    if runs:
+        recall_chart(runs)
+        ef_chart(runs)
+
+
+if __name__ == "__main__":
+    main()

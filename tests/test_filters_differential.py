@@ -1,0 +1,511 @@
+"""Differential proof on the real node: for random (filter, metadata) pairs the documents OpenSearch returns for
+``compile_filter(f)`` are exactly those ``evaluate(f, metadata)`` accepts. Also a parser fuzz.
+
+FILTER_DIFF_PAIRS (default 12000) sets how many (filter, document) pairs the differential test checks;
+every filter of a round runs against every document of that round's corpus.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import random
+import time
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opensearchpy import OpenSearch
+
+from proxy.errors import BadRequest
+from proxy.filters import FilterError, compile_filter, evaluate, index_metadata, parse_filter, render_metadata_mapping
+
+NOW = dt.datetime(2025, 3, 15, 12, 30, tzinfo=dt.UTC)
+DOCS_PER_ROUND = 30
+FILTERS_PER_ROUND = 40
+KNN_EVERY = 3  # every third filter also runs inside a knn query's filter
+TARGET_PAIRS = int(os.environ.get("FILTER_DIFF_PAIRS", "12000"))
+DIM = 4
+
+# --- metadata --------------------------------------------------------------------------------------------
+STRINGS = [
+    "", "a", "A", "abc", "ABC", "Manila", "manila", "MANILA", "o'brien", "O'Brien", "100%", "a_b", "a%b",
+    "back\\slash", "İstanbul", "istanbul", "ı", "straße", "STRASSE", "ß", "ǅ", "ς", "Σ", "😀", "\uffff",
+    "日本", "tag1", "tag2", "red", "blue", "ai", "An AI story", "true", "1", "1.5", "-0", " 7 ", "x\ny",
+    "nul\x00in", "2024-10-01", "2024-10-01T12:30:00Z", "2024-10-01 23:59:59.999999+05:30", "2024-02-30",
+    "2023-12-31T23:00:00-02:00", "2024-02-29", "0001-01-01", "9999-12-31T23:59:59Z", "1970-01-01T00:00:00.5",
+    "2024-10-01T24:00:00", "2025-03-15", "archived",
+]  # fmt: skip
+NUMBERS: list[Any] = [
+    0, -0.0, 1, -1, 2, 3, 7, -7, 2.5, -2.5, 0.5, -0.5, 79.5, 80, 80.49999, 0.1, 1e-7, 1e16, 1.0, 2**53,
+    2**53 + 1, 2**63 - 1, -(2**63), 10**20, 1.5e300, 12345678901234567890123, 2024, 1.25, -1e-300,
+]  # fmt: skip
+PATHS = [
+    "$.a", "$.b", "$.s", "$.d", "$.tags", "$.tags[0]", "$.tags[1]", "$.tags[*]", "$.c", "$.c.d", "$.c.e",
+    "$.c.e[0]", "$.c.e[*]", '$."x.y"', '$["x.y"]', "$.Ünï", "$.missing", "$.tags[0].k", "$.c.e[*].k",
+    "$.m[0][1]", "$.m[*][*]", "$.m[1][*]", "$",
+]  # fmt: skip
+SCALAR_PATHS = [p for p in PATHS if "*" not in p]
+
+safe_chars = st.characters(codec="utf-8", exclude_categories=("Cs",))
+any_string = st.one_of(st.sampled_from(STRINGS), st.text(safe_chars, max_size=4))
+any_number = st.one_of(
+    st.sampled_from(NUMBERS),
+    st.integers(-100, 100),
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.integers(-(2**70), 2**70),
+)
+scalar = st.one_of(any_string, any_number, st.booleans(), st.none())
+small_obj = st.fixed_dictionaries({}, optional={"k": scalar, "z": scalar})
+element = st.one_of(scalar, scalar, small_obj, st.lists(scalar, max_size=2))
+array = st.lists(element, max_size=4)
+value = st.one_of(scalar, scalar, scalar, array)
+
+metadata = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "a": value,
+            "b": value,
+            "s": st.one_of(any_string, value),
+            "d": st.one_of(st.sampled_from([s for s in STRINGS if s[:1].isdigit()]), value),
+            "tags": st.one_of(st.lists(st.one_of(st.sampled_from(["tag1", "tag2", "red", "A", "a"]), scalar)), value),
+            "c": st.fixed_dictionaries({}, optional={"d": value, "e": array}),
+            "x.y": value,
+            "Ünï": value,
+            "m": st.lists(st.lists(scalar, max_size=3), max_size=3),
+        },
+    ),
+    st.just({}),
+    scalar,
+    array,
+)
+
+
+# --- filters ---------------------------------------------------------------------------------------------
+def kw(draw: Any, word: str) -> str:
+    return draw(st.sampled_from([word.upper(), word.lower(), word.title()]))
+
+
+def sp(draw: Any) -> str:
+    return draw(st.sampled_from([" "] * 12 + ["  ", "\n", "\t", " -- note\n", " --\n"]))
+
+
+def sql_string(draw: Any, s: str) -> str:
+    out = []
+    for i, c in enumerate(s):
+        if c == "'":
+            out.append(draw(st.sampled_from(["''", "\\'"])))
+        elif c == "\\":
+            nxt = s[i + 1] if i + 1 < len(s) else ""
+            verbatim_ok = nxt and nxt not in "'\\\"nrtbf" and ord(nxt) >= 0x20 and nxt != "\x7f"
+            out.append(draw(st.sampled_from(["\\\\", "\\"])) if verbatim_ok else "\\\\")
+        else:
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}.get(c, c))
+    return "'" + "".join(out) + "'"
+
+
+def writable(s: str) -> bool:
+    return not any((ord(c) < 0x20 and c not in "\n\r\t\b\f") or c == "\x7f" for c in s)
+
+
+def number_literal(draw: Any, integral: bool = False) -> str:
+    if integral:
+        n = draw(st.one_of(st.integers(-100, 2100), st.sampled_from([0, 1, 2, 79, 80, 2024, 2**53 + 1, 10**20])))
+        return f"({n})" if n < 0 else str(n)
+    v = draw(st.one_of(st.sampled_from(NUMBERS), st.integers(-50, 50), st.decimals(-1000, 1000, places=3)))
+    if isinstance(v, float):
+        text = repr(v)
+    else:
+        text = str(v)
+    if text.startswith("-"):
+        return "(" + text + ")"
+    return text
+
+
+@st.composite
+def path_lit(draw: Any, scalar_only: bool = False) -> str:
+    p = draw(st.sampled_from(SCALAR_PATHS if scalar_only else PATHS))
+    return sql_string(draw, p)
+
+
+TYPES = ["TEXT", "NUMERIC", "INTEGER", "BOOLEAN", "DATE", "TIMESTAMP"]
+
+
+def access(draw: Any, t: str) -> str:
+    p = draw(path_lit(scalar_only=True))
+    name = {"INTEGER": draw(st.sampled_from(["INTEGER", "INT", "BIGINT"]))}.get(t, t)
+    inner = f"{kw(draw, 'val')}({p})"
+    if t in ("DATE", "TIMESTAMP") and draw(st.booleans()):
+        inner = f"CAST({inner} AS TEXT)"
+    return f"{kw(draw, 'cast')}({inner}{sp(draw)}{kw(draw, 'as')} {name})"
+
+
+@st.composite
+def text_expr(draw: Any, depth: int, case: str | None = None) -> str:
+    choice = draw(st.integers(0, 9 if depth > 0 else 3))
+    if choice <= 1:
+        return access(draw, "TEXT")
+    if choice == 2:
+        s = draw(any_string.filter(writable))
+        return sql_string(draw, s)
+    if choice == 3:
+        return kw(draw, "null") if draw(st.integers(0, 5)) == 0 else access(draw, "TEXT")
+    if choice in (4, 5):
+        fn = case or draw(st.sampled_from(["lower", "upper"]))
+        return f"{kw(draw, fn)}({draw(text_expr(depth - 1, fn))})"
+    if choice == 6:
+        return f"{draw(text_expr(depth - 1, case))}{sp(draw)}||{sp(draw)}{draw(text_expr(depth - 1, case))}"
+    src = draw(st.sampled_from(["NUMERIC", "BOOLEAN", "DATE", "TIMESTAMP", "INTEGER"]))
+    return f"CAST({draw(typed_expr(src, depth - 1))} AS TEXT)"
+
+
+@st.composite
+def numeric_expr(draw: Any, depth: int, integral: bool = False) -> str:
+    choice = draw(st.integers(0, 9 if depth > 0 else 2))
+    if choice <= 1:
+        return access(draw, "INTEGER" if integral or draw(st.booleans()) else "NUMERIC")
+    if choice == 2:
+        return number_literal(draw, integral)
+    if choice == 3:
+        op = draw(st.sampled_from(["+", "-", "*", "/", "%"]))
+        left, right = draw(numeric_expr(depth - 1, integral)), draw(numeric_expr(depth - 1, integral))
+        return f"({left}{sp(draw)}{op}{sp(draw)}{right})"
+    if choice == 4:
+        return f"-({draw(numeric_expr(depth - 1, integral))})"
+    if choice == 5 and not integral:
+        src = draw(st.sampled_from(["DATE", "TIMESTAMP"]))
+        units = ["YEAR", "QUARTER", "MONTH", "DAY", "DOW", "ISODOW", "DOY", "EPOCH"]
+        if src == "TIMESTAMP":
+            units += ["HOUR", "MINUTE", "SECOND"]
+        unit = draw(st.sampled_from(units))
+        return f"{kw(draw, 'extract')}({unit} {kw(draw, 'from')} {draw(typed_expr(src, depth - 1))})"
+    if choice == 6:
+        return f"CAST({draw(typed_expr('BOOLEAN', depth - 1))} AS INTEGER)"
+    if choice == 7:
+        return f"({draw(typed_expr('DATE', depth - 1))} - {draw(typed_expr('DATE', depth - 1))})"
+    if choice == 8:
+        return f"CAST({draw(numeric_expr(depth - 1))} AS INTEGER)"
+    return kw(draw, "null") if draw(st.integers(0, 4)) == 0 else access(draw, "INTEGER" if integral else "NUMERIC")
+
+
+DATES = ["2024-10-01", "2024-02-29", "2023-12-31", "0001-01-01", "9999-12-31", "1970-01-01", "2025-03-15"]
+TIMESTAMPS = DATES + [
+    "2024-10-01T12:30:00Z",
+    "2024-10-01 23:59:59.999999+05:30",
+    "2024-10-01T00:00:00-02:00",
+    "1970-01-01T00:00:00.5",
+    "2025-03-15T12:30:00",
+]
+
+
+@st.composite
+def typed_expr(draw: Any, t: str, depth: int) -> str:
+    if t == "TEXT":
+        return draw(text_expr(depth))
+    if t in ("NUMERIC", "INTEGER"):
+        return draw(numeric_expr(depth, integral=t == "INTEGER"))
+    if t == "BOOLEAN":
+        choice = draw(st.integers(0, 4 if depth > 0 else 1))
+        if choice == 0:
+            return access(draw, "BOOLEAN")
+        if choice == 1:
+            return kw(draw, draw(st.sampled_from(["true", "false", "null"])))
+        if choice == 2:
+            return f"CAST({draw(numeric_expr(depth - 1, integral=True))} AS BOOLEAN)"
+        return f"({draw(bool_expr(depth - 1))})"
+    if t == "DATE":
+        choice = draw(st.integers(0, 6 if depth > 0 else 2))
+        if choice <= 1:
+            return access(draw, "DATE")
+        if choice == 2:
+            return f"CAST({sql_string(draw, draw(st.sampled_from(TIMESTAMPS)))} AS DATE)"
+        if choice == 3:
+            op = draw(st.sampled_from(["+", "-"]))
+            return f"({draw(typed_expr('DATE', depth - 1))} {op} {draw(numeric_expr(depth - 1, integral=True))})"
+        if choice == 4:
+            return f"({kw(draw, 'current_date')} - {draw(st.integers(0, 4000))})"
+        if choice == 5:
+            return f"CAST({draw(typed_expr('TIMESTAMP', depth - 1))} AS DATE)"
+        return kw(draw, "null")
+    if t == "TIMESTAMP":
+        choice = draw(st.integers(0, 4 if depth > 0 else 2))
+        if choice <= 1:
+            return access(draw, "TIMESTAMP")
+        if choice == 2:
+            return f"CAST({sql_string(draw, draw(st.sampled_from(TIMESTAMPS)))} AS TIMESTAMP)"
+        if choice == 3:
+            return f"CAST({draw(typed_expr('DATE', depth - 1))} AS TIMESTAMP)"
+        return kw(draw, "current_timestamp")
+    raise AssertionError(t)
+
+
+@st.composite
+def comparand(draw: Any, t: str, depth: int) -> str:
+    """An operand for a comparison with a ``t`` value: untyped string literals coerce to DATE etc."""
+    if t in ("DATE", "TIMESTAMP") and draw(st.integers(0, 3)) == 0:
+        return sql_string(draw, draw(st.sampled_from(TIMESTAMPS if t == "TIMESTAMP" else DATES)))
+    if t == "BOOLEAN" and draw(st.integers(0, 5)) == 0:
+        return sql_string(draw, draw(st.sampled_from(["true", "f", "yes", "0"])))
+    if t in ("NUMERIC", "INTEGER") and draw(st.integers(0, 8)) == 0:
+        return sql_string(draw, draw(st.sampled_from(["80", "2.5", "-1", "1e3"])))
+    other = {"DATE": ["DATE", "TIMESTAMP"], "TIMESTAMP": ["TIMESTAMP", "DATE"], "NUMERIC": ["NUMERIC", "INTEGER"],
+             "INTEGER": ["INTEGER", "NUMERIC"]}.get(t, [t])  # fmt: skip
+    return draw(typed_expr(draw(st.sampled_from(other)), depth))
+
+
+PATTERNS = ["%", "a%", "%a", "_", "%\\%%", "M%la", "%ß%", "%😀%", "\\_%", "", "%ai%", "_%_", "a\\b", "%\\\\%",
+            "%'%", "İ%", "t_g_", "%1", "%%%", "2024-%"]  # fmt: skip
+
+
+@st.composite
+def collection(draw: Any, depth: int) -> str:
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return f"{kw(draw, 'vals')}({draw(path_lit())})"
+    if choice == 1:
+        return f"{kw(draw, 'val')}({draw(path_lit(scalar_only=True))})"
+    items = draw(st.lists(st.one_of(
+        st.sampled_from(["tag1", "red", "a", "A", "2024-10-01"]).map(lambda s: sql_string(draw, s)),
+        st.sampled_from(["1", "2.5", "80", "(-1)", "TRUE", "false", "NULL", "2024", "1e16"]),
+    ), max_size=4))  # fmt: skip
+    return "[" + ", ".join(items) + "]"
+
+
+@st.composite
+def bool_expr(draw: Any, depth: int) -> str:
+    choice = draw(st.integers(0, 16 if depth > 0 else 9))
+    if choice <= 3:
+        t = draw(st.sampled_from(TYPES))
+        op = draw(st.sampled_from(["=", "==", "!=", "<>", "<", "<=", ">", ">="]))
+        left = draw(typed_expr(t, max(depth - 1, 0)))
+        right = draw(comparand(t, max(depth - 1, 0)))
+        if draw(st.booleans()):
+            left, right = right, left
+        return f"{left}{sp(draw)}{op}{sp(draw)}{right}"
+    if choice == 4:
+        word = kw(draw, draw(st.sampled_from(["like", "ilike"])))
+        neg = kw(draw, "not") + " " if draw(st.booleans()) else ""
+        if draw(st.integers(0, 3)) == 0:
+            pattern = draw(text_expr(0))
+        else:
+            pattern = sql_string(draw, draw(st.sampled_from(PATTERNS)))
+        case = "lower" if word.lower() == "ilike" else None
+        return f"{draw(text_expr(max(depth - 1, 0), case))} {neg}{word} {pattern}"
+    if choice == 5:
+        neg = kw(draw, "not") + " " if draw(st.booleans()) else ""
+        if draw(st.booleans()):
+            subject = f"{kw(draw, 'val')}({draw(path_lit(scalar_only=True))})"
+        else:
+            subject = draw(typed_expr(draw(st.sampled_from(TYPES)), max(depth - 1, 0)))
+        return f"{subject} {kw(draw, 'is')} {neg}{kw(draw, 'null')}"
+    if choice == 6:
+        t = draw(st.sampled_from(TYPES))
+        items = draw(st.lists(comparand(t, 0), min_size=1, max_size=4))
+        neg = kw(draw, "not") + " " if draw(st.booleans()) else ""
+        return f"{draw(typed_expr(t, max(depth - 1, 0)))} {neg}{kw(draw, 'in')} ({', '.join(items)})"
+    if choice == 7:
+        t = draw(st.sampled_from(TYPES))
+        neg = kw(draw, "not") + " " if draw(st.booleans()) else ""
+        return f"{draw(typed_expr(t, max(depth - 1, 0)))} {neg}{kw(draw, 'in')} {draw(collection(depth))}"
+    if choice == 8:
+        right = draw(st.one_of(collection(depth), st.sampled_from(TYPES).flatmap(lambda t: typed_expr(t, 0))))
+        return f"{draw(collection(depth))} {kw(draw, 'contains')} {right}"
+    if choice == 9:
+        if draw(st.booleans()):
+            return f"{draw(collection(depth))} {kw(draw, 'overlaps')} {draw(collection(depth))}"
+        return f"{kw(draw, 'exists')}({draw(path_lit())})"
+    if choice in (10, 11):
+        items = draw(st.lists(bool_expr(depth - 1), min_size=2, max_size=3))
+        word = kw(draw, draw(st.sampled_from(["and", "or"])))
+        return "(" + f"{sp(draw)}{word}{sp(draw)}".join(items) + ")"
+    if choice == 12:
+        return f"{kw(draw, 'not')} ({draw(bool_expr(depth - 1))})"
+    if choice == 13:
+        return kw(draw, draw(st.sampled_from(["true", "false", "null"])))
+    if choice == 14:
+        return access(draw, "BOOLEAN")
+    if choice == 15:
+        other = kw(draw, draw(st.sampled_from(["true", "false", "null"])))
+        op = draw(st.sampled_from(["=", "<>", "<", ">=", ">"]))
+        return f"({draw(bool_expr(depth - 1))}) {op} {other}"
+    return f"({draw(bool_expr(depth - 1))}) {draw(st.sampled_from(['=', '<>']))} ({draw(bool_expr(depth - 1))})"
+
+
+filters = bool_expr(3)
+
+
+# --- the node --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client(opensearch_url: str) -> OpenSearch:
+    return OpenSearch(opensearch_url, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def diff_index(client: OpenSearch):
+    name = f"test-filters-diff-{uuid.uuid4().hex[:10]}"
+    client.indices.create(
+        index=name,
+        body={
+            "settings": {"number_of_shards": 1, "number_of_replicas": 0, "index.knn": True, "refresh_interval": -1},
+            "mappings": {
+                "properties": {
+                    "round": {"type": "keyword"},
+                    "metadata": {"type": "object", "enabled": False},
+                    "metadata_index": render_metadata_mapping(),
+                    "vec": {
+                        "type": "knn_vector",
+                        "dimension": DIM,
+                        "method": {"name": "hnsw", "engine": "lucene", "space_type": "l2"},
+                    },
+                }
+            },
+        },
+    )
+    yield name
+    client.indices.delete(index=name, ignore=[404])
+
+
+class Stats:
+    pairs = 0
+    filters = 0
+    knn_filters = 0
+    rounds = 0
+    matches = 0
+    scripts = 0
+
+
+def _run_round(client: OpenSearch, index: str, docs: list[Any], texts: list[str]) -> None:
+    rnd = uuid.uuid4().hex[:12]
+    ids = [f"{rnd}-{i}" for i in range(len(docs))]
+    rng = random.Random(rnd)
+    actions: list[dict[str, Any]] = []
+    for doc_id, doc in zip(ids, docs, strict=True):
+        actions.append({"index": {"_index": index, "_id": doc_id}})
+        vec = [rng.uniform(-1, 1) for _ in range(DIM)]
+        actions.append({"round": rnd, "metadata": doc, "metadata_index": index_metadata(doc), "vec": vec})
+    resp = client.bulk(body=actions, refresh=True)
+    assert not resp["errors"], json.dumps([i for i in resp["items"] if "error" in i["index"]][:2])[:2000]
+
+    cases = []
+    for text in texts:
+        expr = parse_filter(text)
+        query = compile_filter(expr, now=NOW)
+        expected = {doc_id for doc_id, doc in zip(ids, docs, strict=True) if evaluate(expr, doc, now=NOW) is True}
+        cases.append((text, query, expected))
+    body: list[dict[str, Any]] = []
+    kinds = []
+    for n, (_, query, _) in enumerate(cases):
+        scoped = {"bool": {"filter": [{"term": {"round": rnd}}, query]}}
+        body += [{"index": index}, {"query": scoped, "size": len(docs) + 5, "_source": False}]
+        kinds.append((n, "bool"))
+        if n % KNN_EVERY == 0:
+            knn = {"vec": {"vector": [0.1] * DIM, "k": len(docs), "filter": scoped}}
+            body += [{"index": index}, {"query": {"knn": knn}, "size": len(docs) + 5, "_source": False}]
+            kinds.append((n, "knn"))
+    responses = client.msearch(body=body)["responses"]
+    for (n, kind), response in zip(kinds, responses, strict=True):
+        text, query, expected = cases[n]
+        if "error" in response:
+            pytest.fail(f"{kind} query failed for filter {text!r}:\n{json.dumps(response['error'])[:3000]}")
+        got = {hit["_id"] for hit in response["hits"]["hits"]}
+        if got != expected:
+            detail = [
+                {"id": i, "metadata": docs[ids.index(i)], "oracle": evaluate(parse_filter(text), docs[ids.index(i)], now=NOW)}
+                for i in sorted(got ^ expected)
+            ][:5]
+            pytest.fail(
+                f"{kind} mismatch for filter {text!r}\nquery: {json.dumps(query, ensure_ascii=False)[:3000]}\n"
+                f"only in OpenSearch: {sorted(got - expected)}\nonly in oracle: {sorted(expected - got)}\n"
+                f"{json.dumps(detail, default=str, ensure_ascii=False)[:3000]}"
+            )
+        if kind == "bool":
+            Stats.pairs += len(docs)
+            Stats.filters += 1
+            Stats.matches += len(expected)
+            Stats.scripts += '"script"' in json.dumps(query)
+        else:
+            Stats.knn_filters += 1
+    Stats.rounds += 1
+
+
+def test_differential_filters_match_reference_evaluator(client: OpenSearch, diff_index: str) -> None:
+    rounds = max(1, math.ceil(TARGET_PAIRS / (DOCS_PER_ROUND * FILTERS_PER_ROUND)))
+    started = time.monotonic()
+
+    @settings(
+        max_examples=rounds,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    @given(
+        docs=st.lists(metadata, min_size=DOCS_PER_ROUND, max_size=DOCS_PER_ROUND),
+        texts=st.lists(filters, min_size=FILTERS_PER_ROUND, max_size=FILTERS_PER_ROUND),
+    )
+    def check(docs: list[Any], texts: list[str]) -> None:
+        _run_round(client, diff_index, docs, texts)
+
+    check()
+    elapsed = time.monotonic() - started
+    print(
+        f"\nfilter differential: {Stats.pairs} (filter, metadata) pairs checked "
+        f"({Stats.filters} filters x {DOCS_PER_ROUND} docs in {Stats.rounds} rounds; {Stats.knn_filters} filters "
+        f"also inside knn; {Stats.matches} matching pairs; {Stats.scripts} filters used painless) "
+        f"in {elapsed:.1f}s, 100% agreement"
+    )
+    assert Stats.pairs >= TARGET_PAIRS
+
+
+# --- parser fuzz -----------------------------------------------------------------------------------------
+TOKENS = [
+    "val", "vals", "exists", "lower", "upper", "CAST", "AS", "TEXT", "NUMERIC", "DATE", "(", ")", "[", "]", ",",
+    "'$.a'", "'$.tags[*]'", "'x'", "'", '"', "''", "\\", "1", "2.5", "1e3", "-", "+", "*", "/", "%", "||", "=",
+    "<>", "!=", "<", ">=", "AND", "OR", "NOT", "IS", "NULL", "IN", "LIKE", "ILIKE", "CONTAINS", "OVERLAPS",
+    "TRUE", "FALSE", "EXTRACT", "YEAR", "FROM", "CURRENT_DATE", "--", "\n", " ", "NaN", "$", "'$.'", "'$[-1]'",
+    "'$..a'", "'$.a-b'", "'\x01'", "'\\'", "'%\\'", "[1]", "0", "99999999999999999999e999999",
+]  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.one_of(st.lists(st.sampled_from(TOKENS), max_size=14).map(" ".join), st.text(max_size=40), filters))
+def test_parser_fuzz_only_raises_filter_error(text: str) -> None:
+    try:
+        expr = parse_filter(text)
+    except FilterError as exc:
+        assert exc.status == 400 and exc.message.startswith("invalid filter: ")
+        return
+    compile_filter(expr, now=NOW)
+    evaluate(expr, {"a": 1, "tags": ["x"]}, now=NOW)
+
+
+def test_generated_filters_are_valid() -> None:
+    """The differential generator must produce parseable filters, or it would test nothing."""
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(filters)
+    def check(text: str) -> None:
+        try:
+            parse_filter(text)
+        except FilterError as exc:
+            pytest.fail(f"generator produced an invalid filter {text!r}: {exc.message}")
+
+    check()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(metadata)
+def test_generated_metadata_indexes(doc: Any) -> None:
+    try:
+        index_metadata(doc)
+    except BadRequest as exc:  # pragma: no cover - the generator avoids unindexable values
+        pytest.fail(f"unindexable generated metadata: {exc.message}")
+
+
+def test_decimal_literals_render() -> None:
+    assert str(Decimal("1E+3")) == "1E+3"

@@ -1,0 +1,224 @@
+"""GoodMem retrieve, planning phase, against recording fakes of the store-facing functions.
+
+These pin the ordering guarantees that an end-to-end test cannot observe from outside: every permission is
+checked before anything is embedded or searched, and a multi-embedder space is fused from exact scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.core.containers import Container
+from proxy.core.goodmem import retrieve as core
+from proxy.core.goodmem.retrieve import (
+    EmbedderWeight,
+    HnswOptions,
+    RetrieveRequest,
+    SpaceKey,
+    plan_retrieval,
+)
+from proxy.core.query import Hit, MatchAll, Terms, VectorSearch
+from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound, Unavailable
+
+S1 = "0192f6a0-0000-7000-8000-000000000001"
+S2 = "0192f6a0-0000-7000-8000-000000000002"
+E1 = "0192f6a0-0000-7000-8000-0000000000e1"
+E2 = "0192f6a0-0000-7000-8000-0000000000e2"
+
+
+def container(space_id: str, embedders: list[tuple[str, float]]) -> Container:
+    return Container.from_source(
+        space_id,
+        {
+            "name": space_id,
+            "configuration": {
+                "embedding_model_type": "TEXT_EMBEDDING",
+                "embedding_model_id": embedders[0][0],
+                "embedding_dimension": 2,
+            },
+            "goodmem": {
+                "space_embedders": [{"embedder_id": e, "default_retrieval_weight": w} for e, w in embedders],
+                "owner_id": "owner",
+            },
+        },
+    )
+
+
+@dataclass
+class Recorder:
+    log: list[str] = field(default_factory=list)
+    searches: list[VectorSearch] = field(default_factory=list)
+    # (space id, vector field) → {chunk id: cosine}
+    cosines: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    denied: set[str] = field(default_factory=set)
+    failing: set[str] = field(default_factory=set)
+
+
+class FakeEmbedder:
+    def __init__(self, rec: Recorder, embedder_id: str) -> None:
+        self.rec, self.embedder_id = rec, embedder_id
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.rec.log.append(f"embed:{self.embedder_id}")
+        return [[1.0, 0.0] for _ in texts]
+
+
+class FakeRegistry:
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    def infos(self) -> list[Any]:
+        return [SimpleNamespace(id=E1), SimpleNamespace(id=E2)]
+
+    def get(self, embedder_id: str) -> FakeEmbedder:
+        return FakeEmbedder(self.rec, embedder_id)
+
+
+@pytest.fixture()
+def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    rec = Recorder()
+    spaces = {S1: container(S1, [(E1, 1.0)]), S2: container(S2, [(E1, 1.0), (E2, 0.5)])}
+
+    async def get_space(svc: Any, space_id: str) -> Container:
+        rec.log.append(f"get:{space_id}")
+        if space_id not in spaces:
+            raise NotFound("Space not found")
+        return spaces[space_id]
+
+    async def authorize_space(svc: Any, principal: Any, c: Container, op: str) -> None:
+        rec.log.append(f"auth:{c.id}:{op}")
+        if c.id in rec.denied:
+            raise Forbidden(f"Permission denied: {op} on space {c.id}")
+
+    async def semantic_search(svc: Any, search: VectorSearch) -> list[Hit]:
+        rec.log.append(f"search:{search.container.id}:{search.vector_field}")
+        rec.searches.append(search)
+        if search.container.id in rec.failing:
+            raise Unavailable("OpenSearch is unreachable")
+        cos = rec.cosines.get((search.container.id, search.vector_field), {})
+        if isinstance(search.filter, Terms):
+            wanted = set(search.filter.values)
+            cos = {k: v for k, v in cos.items() if k in wanted}
+        ranked = sorted(cos.items(), key=lambda kv: -kv[1])[: search.k]
+        return [
+            Hit(id=cid, index="lt", score=(1 + c) / 2, source={"memory": cid, "memory_id": "m-" + cid})
+            for cid, c in ranked
+        ]
+
+    monkeypatch.setattr("proxy.core.goodmem.spaces.get_space", get_space)
+    monkeypatch.setattr("proxy.core.goodmem.auth.authorize_space", authorize_space)
+    monkeypatch.setattr("proxy.core.search.semantic_search", semantic_search)
+    return rec
+
+
+def svc(rec: Recorder) -> Any:
+    return SimpleNamespace(store=None, embedders=FakeRegistry(rec))
+
+
+def plan(rec: Recorder, req: RetrieveRequest) -> core.RetrievalPlan:
+    return asyncio.run(plan_retrieval(svc(rec), SimpleNamespace(user_id="u"), req))
+
+
+def test_every_permission_is_checked_before_any_work(rec: Recorder) -> None:
+    rec.denied.add(S2)
+    with pytest.raises(Forbidden):
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
+    assert not any(e.startswith(("embed", "search")) for e in rec.log)
+    assert f"auth:{S1}:LIST_MEMORY" in rec.log and f"auth:{S1}:READ_MEMORY" in rec.log
+
+
+def test_unknown_space_is_404_before_any_work(rec: Recorder) -> None:
+    with pytest.raises(NotFound):
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey("0192f6a0-0000-7000-8000-00000000dead"))))
+    assert not any(e.startswith(("embed", "search")) for e in rec.log)
+
+
+def test_filter_without_filters_module_or_bad_filter_is_400_before_lookups(
+    rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(text: str, where: str) -> Any:
+        raise BadRequest(f"Invalid filter in {where}: nope")
+
+    monkeypatch.setattr(core, "parse_space_filter", boom)
+    with pytest.raises(BadRequest, match=r"spaceKeys\[0\]\.filter"):
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1, filter="bad"),)))
+    assert rec.log == []
+
+
+def test_single_space_ranks_by_cosine_with_ef_search(rec: Recorder) -> None:
+    rec.cosines[(S1, "memory_embedding")] = {"a": 0.2, "b": 0.9, "c": 0.5}
+    result = plan(
+        rec, RetrieveRequest("q", (SpaceKey(S1),), requested_size=2, hnsw=HnswOptions(ef_search=77))
+    )
+    assert [(i.chunk_id, round(i.score, 6)) for i in result.items] == [("b", 0.9), ("c", 0.5)]
+    assert result.items[0].memory_id == "m-b" and result.items[0].space_id == S1
+    assert [s.ef_search for s in rec.searches] == [77]
+    assert rec.searches[0].k == 2 and isinstance(rec.searches[0].filter, MatchAll)
+    assert rec.log.count("embed:" + E1) == 1
+
+
+def test_spaces_sharing_an_embedder_embed_once_and_merge(rec: Recorder) -> None:
+    rec.cosines[(S1, "memory_embedding")] = {"a": 0.3, "b": 0.8}
+    rec.cosines[(S2, "memory_embedding")] = {"x": 0.6}
+    rec.cosines[(S2, "memory_embedding__1")] = {"x": 0.6}
+    result = plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
+    assert [i.chunk_id for i in result.items] == ["b", "x", "a"]
+    assert [i.space_id for i in result.items] == [S1, S2, S1]
+    assert sorted(e for e in rec.log if e.startswith("embed")) == [f"embed:{E1}", f"embed:{E2}"]
+
+
+def test_multi_embedder_fusion_uses_exact_second_pass(rec: Recorder) -> None:
+    # S2: E1 (weight 1) on memory_embedding, E2 (default 0.5) on memory_embedding__1.
+    rec.cosines[(S2, "memory_embedding")] = {"a": 0.9, "b": 0.1, "c": 0.05}
+    rec.cosines[(S2, "memory_embedding__1")] = {"a": 0.0, "b": 0.95, "c": 0.8}
+    result = plan(rec, RetrieveRequest("q", (SpaceKey(S2),), requested_size=1))
+    # First pass k=1 per embedder finds a (E1) and b (E2); the second pass scores a under E2 and b under E1.
+    scores = {i.chunk_id: i.score for i in result.items}
+    assert list(scores) == ["a"]
+    assert scores["a"] == pytest.approx((1.0 * 0.9 + 0.5 * 0.0) / 1.5)
+    second = [s for s in rec.searches if isinstance(s.filter, Terms)]
+    assert {(s.vector_field, s.filter.values) for s in second} == {
+        ("memory_embedding", ("b",)),
+        ("memory_embedding__1", ("a",)),
+    }
+
+
+def test_embedder_weight_overrides(rec: Recorder) -> None:
+    rec.cosines[(S2, "memory_embedding")] = {"a": 0.9, "b": 0.1}
+    rec.cosines[(S2, "memory_embedding__1")] = {"a": 0.0, "b": 0.95}
+    req = RetrieveRequest("q", (SpaceKey(S2, embedder_weights=(EmbedderWeight(E1, 0.0),)),))
+    result = plan(rec, req)
+    # E1 switched off: only E2's field is searched and ranks b first.
+    assert [i.chunk_id for i in result.items] == ["b", "a"]
+    assert {s.vector_field for s in rec.searches} == {"memory_embedding__1"}
+    assert f"embed:{E1}" not in rec.log
+
+
+def test_embedder_weight_for_foreign_embedder_is_400(rec: Recorder) -> None:
+    with pytest.raises(BadRequest, match="not an embedder of space"):
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1, embedder_weights=(EmbedderWeight(E2, 1.0),)),)))
+    assert not any(e.startswith(("embed", "search")) for e in rec.log)
+
+
+def test_space_without_positive_weight_is_a_status(rec: Recorder) -> None:
+    rec.cosines[(S2, "memory_embedding")] = {"x": 0.5}
+    req = RetrieveRequest("q", (SpaceKey(S1, embedder_weights=(EmbedderWeight(E1, 0.0),)), SpaceKey(S2)))
+    result = plan(rec, req)
+    assert [s["status"]["code"] for s in result.statuses] == ["SPACE_NO_EMBEDDERS"]
+    assert [i.chunk_id for i in result.items] == ["x"]
+
+
+def test_partial_search_failure_is_a_status_total_failure_raises(rec: Recorder) -> None:
+    rec.cosines[(S1, "memory_embedding")] = {"a": 0.5}
+    rec.failing.add(S2)
+    result = plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
+    assert [s["status"]["code"] for s in result.statuses] == ["VECTOR_SEARCH_FAILED"]
+    assert [i.chunk_id for i in result.items] == ["a"]
+    rec.failing.add(S1)
+    with pytest.raises(MemproxyError):
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
