@@ -21,6 +21,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # opensearch-py logs every call at INFO and every failed call with a traceback at WARNING; memproxy
+    # reports what matters itself (an unreachable cluster is a 503, not a stack trace in the log).
+    logging.getLogger("opensearch").setLevel(logging.ERROR)
     web.run_app(
         make_app(settings),
         host=settings.host,

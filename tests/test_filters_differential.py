@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 from opensearchpy import OpenSearch
 
 from proxy.errors import BadRequest
-from proxy.filters import FilterError, compile_filter, evaluate, index_metadata, parse_filter, render_metadata_mapping
+from proxy.filters import (
+    FilterError,
+    compile_filter,
+    evaluate,
+    index_metadata,
+    parse_filter,
+    render_metadata_mapping,
+)
 
 NOW = dt.datetime(2025, 3, 15, 12, 30, tzinfo=dt.UTC)
 DOCS_PER_ROUND = 30
@@ -74,7 +81,9 @@ metadata = st.one_of(
             "b": value,
             "s": st.one_of(any_string, value),
             "d": st.one_of(st.sampled_from([s for s in STRINGS if s[:1].isdigit()]), value),
-            "tags": st.one_of(st.lists(st.one_of(st.sampled_from(["tag1", "tag2", "red", "A", "a"]), scalar)), value),
+            "tags": st.one_of(
+                st.lists(st.one_of(st.sampled_from(["tag1", "tag2", "red", "A", "a"]), scalar)), value
+            ),
             "c": st.fixed_dictionaries({}, optional={"d": value, "e": array}),
             "x.y": value,
             "Ünï": value,
@@ -116,7 +125,9 @@ def writable(s: str) -> bool:
 
 def number_literal(draw: Any, integral: bool = False) -> str:
     if integral:
-        n = draw(st.one_of(st.integers(-100, 2100), st.sampled_from([0, 1, 2, 79, 80, 2024, 2**53 + 1, 10**20])))
+        n = draw(
+            st.one_of(st.integers(-100, 2100), st.sampled_from([0, 1, 2, 79, 80, 2024, 2**53 + 1, 10**20]))
+        )
         return f"({n})" if n < 0 else str(n)
     v = draw(st.one_of(st.sampled_from(NUMBERS), st.integers(-50, 50), st.decimals(-1000, 1000, places=3)))
     if isinstance(v, float):
@@ -188,10 +199,16 @@ def numeric_expr(draw: Any, depth: int, integral: bool = False) -> str:
     if choice == 6:
         return f"CAST({draw(typed_expr('BOOLEAN', depth - 1))} AS INTEGER)"
     if choice == 7:
-        return f"({draw(typed_expr('DATE', depth - 1))} - {draw(typed_expr('DATE', depth - 1))})"
+        return (
+            f"({draw(typed_expr('DATE', depth - 1, False))} - {draw(typed_expr('DATE', depth - 1, False))})"
+        )
     if choice == 8:
         return f"CAST({draw(numeric_expr(depth - 1))} AS INTEGER)"
-    return kw(draw, "null") if draw(st.integers(0, 4)) == 0 else access(draw, "INTEGER" if integral else "NUMERIC")
+    return (
+        kw(draw, "null")
+        if draw(st.integers(0, 4)) == 0
+        else access(draw, "INTEGER" if integral else "NUMERIC")
+    )
 
 
 DATES = ["2024-10-01", "2024-02-29", "2023-12-31", "0001-01-01", "9999-12-31", "1970-01-01", "2025-03-15"]
@@ -205,7 +222,7 @@ TIMESTAMPS = DATES + [
 
 
 @st.composite
-def typed_expr(draw: Any, t: str, depth: int) -> str:
+def typed_expr(draw: Any, t: str, depth: int, nullable: bool = True) -> str:
     if t == "TEXT":
         return draw(text_expr(depth))
     if t in ("NUMERIC", "INTEGER"):
@@ -227,10 +244,10 @@ def typed_expr(draw: Any, t: str, depth: int) -> str:
             return f"CAST({sql_string(draw, draw(st.sampled_from(TIMESTAMPS)))} AS DATE)"
         if choice == 3:
             op = draw(st.sampled_from(["+", "-"]))
-            return f"({draw(typed_expr('DATE', depth - 1))} {op} {draw(numeric_expr(depth - 1, integral=True))})"
+            return f"({draw(typed_expr('DATE', depth - 1, False))} {op} {draw(numeric_expr(depth - 1, integral=True))})"
         if choice == 4:
             return f"({kw(draw, 'current_date')} - {draw(st.integers(0, 4000))})"
-        if choice == 5:
+        if choice == 5 or not nullable:
             return f"CAST({draw(typed_expr('TIMESTAMP', depth - 1))} AS DATE)"
         return kw(draw, "null")
     if t == "TIMESTAMP":
@@ -334,7 +351,9 @@ def bool_expr(draw: Any, depth: int) -> str:
         other = kw(draw, draw(st.sampled_from(["true", "false", "null"])))
         op = draw(st.sampled_from(["=", "<>", "<", ">=", ">"]))
         return f"({draw(bool_expr(depth - 1))}) {op} {other}"
-    return f"({draw(bool_expr(depth - 1))}) {draw(st.sampled_from(['=', '<>']))} ({draw(bool_expr(depth - 1))})"
+    return (
+        f"({draw(bool_expr(depth - 1))}) {draw(st.sampled_from(['=', '<>']))} ({draw(bool_expr(depth - 1))})"
+    )
 
 
 filters = bool_expr(3)
@@ -352,7 +371,12 @@ def diff_index(client: OpenSearch):
     client.indices.create(
         index=name,
         body={
-            "settings": {"number_of_shards": 1, "number_of_replicas": 0, "index.knn": True, "refresh_interval": -1},
+            "settings": {
+                "number_of_shards": 1,
+                "number_of_replicas": 0,
+                "index.knn": True,
+                "refresh_interval": -1,
+            },
             "mappings": {
                 "properties": {
                     "round": {"type": "keyword"},
@@ -396,7 +420,9 @@ def _run_round(client: OpenSearch, index: str, docs: list[Any], texts: list[str]
     for text in texts:
         expr = parse_filter(text)
         query = compile_filter(expr, now=NOW)
-        expected = {doc_id for doc_id, doc in zip(ids, docs, strict=True) if evaluate(expr, doc, now=NOW) is True}
+        expected = {
+            doc_id for doc_id, doc in zip(ids, docs, strict=True) if evaluate(expr, doc, now=NOW) is True
+        }
         cases.append((text, query, expected))
     body: list[dict[str, Any]] = []
     kinds = []
@@ -416,7 +442,11 @@ def _run_round(client: OpenSearch, index: str, docs: list[Any], texts: list[str]
         got = {hit["_id"] for hit in response["hits"]["hits"]}
         if got != expected:
             detail = [
-                {"id": i, "metadata": docs[ids.index(i)], "oracle": evaluate(parse_filter(text), docs[ids.index(i)], now=NOW)}
+                {
+                    "id": i,
+                    "metadata": docs[ids.index(i)],
+                    "oracle": evaluate(parse_filter(text), docs[ids.index(i)], now=NOW),
+                }
                 for i in sorted(got ^ expected)
             ][:5]
             pytest.fail(

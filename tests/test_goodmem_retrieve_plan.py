@@ -222,3 +222,16 @@ def test_partial_search_failure_is_a_status_total_failure_raises(rec: Recorder) 
     rec.failing.add(S1)
     with pytest.raises(MemproxyError):
         plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
+
+
+def test_embedder_overload_is_429_before_streaming(rec: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.embedding import EmbedderOverloaded
+
+    async def overloaded(self: FakeEmbedder, texts: list[str]) -> list[list[float]]:
+        raise EmbedderOverloaded("embedder is overloaded; retry later")
+
+    monkeypatch.setattr(FakeEmbedder, "embed", overloaded)
+    with pytest.raises(EmbedderOverloaded) as info:
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
+    assert info.value.status == 429
+    assert not any(e.startswith("search") for e in rec.log)

@@ -629,6 +629,7 @@ _GARBAGE: list[Any] = [
     {"query": {"a": []}},
     {"query": ["x"]},
     {"memories": [1]},
+    {"messages": [{"role": "user", "content": ["not an object"]}]},
     {"configuration": []},
 ]
 
@@ -696,3 +697,23 @@ def test_bulk_is_all_or_nothing(client: OpenSearch, demo: str) -> None:
         )
     assert err2.value.status_code == 400 and err2.value.info["error"]["type"] == "illegal_argument_exception"
     assert container_doc_count(client, demo, "long-term") == before
+
+
+def test_refused_add_memory_stores_no_session(client: OpenSearch, demo: str) -> None:
+    sessions, working = (
+        container_doc_count(client, demo, "sessions"),
+        container_doc_count(client, demo, "working"),
+    )
+    for body in (
+        {"messages": [{"role": "user", "content": ["not an object"]}], "namespace": {"session_id": "never"}},
+        {
+            "messages": [{"role": "user", "content": [{"text": "x"}]}],
+            "message_id": "seven",
+            "namespace": {"u": "1"},
+        },
+    ):
+        with pytest.raises(TransportError) as err:
+            client.plugins.ml.add_agentic_memory(memory_container_id=demo, body=body)
+        assert err.value.status_code == 400
+    assert container_doc_count(client, demo, "sessions") == sessions
+    assert container_doc_count(client, demo, "working") == working

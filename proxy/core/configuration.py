@@ -27,9 +27,11 @@ __all__ = [
     "embedding_signature",
     "has_embedding",
     "merge_update",
+    "new_strategy_id",
     "parse_configuration",
     "reject_retention_policy",
     "validate_backend_roles",
+    "validate_index_prefix",
 ]
 
 CONFIG_KEY_ORDER = (

@@ -113,8 +113,8 @@ class Embedder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.batches_run = 0
-        self.texts_embedded = 0
+        self.batches_run = 0  # forwards handed to the model, for tests and health
+        self.texts_computed = 0  # texts the model actually ran (cancelled ones never count)
 
     @property
     def queued(self) -> int:
@@ -163,12 +163,9 @@ class Embedder:
     def _reserve(self, count: int) -> None:
         if self._closed or self._task is None:
             raise EmbedderClosed(f"embedder [{self.info.id}] is not running")
-        if count > self._max_queue:
-            raise BadRequest(
-                f"{count} texts in one call; embedder [{self.info.id}] takes at most "
-                f"{self._max_queue} per call"
-            )
-        if self._queued + count > self._max_queue:
+        # A call bigger than the whole queue is still served when it finds the queue empty: it then holds
+        # the queue alone, so a bulk write is never refused outright, only deferred under load.
+        if self._queued + count > self._max_queue and self._queued > 0:
             raise EmbedderOverloaded(
                 f"embedder [{self.info.id}] is overloaded: {self._queued} of {self._max_queue} texts "
                 f"already queued, {count} more refused; retry later"
@@ -228,8 +225,8 @@ class Embedder:
                 self.batches_run += 1
                 for item, vector in zip(batch, vectors, strict=True):
                     if vector is not None:
+                        self.texts_computed += 1
                         item.request.deliver(item.index, vector)
-                        self.texts_embedded += 1
             self._inflight = []
             # One loop turn lets callers whose vectors just arrived queue their next texts, so the next
             # batch is cut from a full queue rather than from whoever was early.

@@ -217,7 +217,7 @@ class _Compiler:
             parts = [self.truth(i, want) for i in e.items]
             return _or(parts) if want else _and(parts)
         if isinstance(e, Not):
-            return self.truth(e.arg, not want)
+            return _not(self.truth(e.arg, want))
         if isinstance(e, Exists):
             q = self.present(e.path)
             return q if want else _not(q)

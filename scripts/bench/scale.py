@@ -387,7 +387,7 @@ async def _warm_up(
     node: Node, index: str, queries: np.ndarray, container_id: str, args: argparse.Namespace
 ) -> None:
     case = FilterCase("warm-up", (), None, container=False)
-    for q in tqdm(queries[: min(50, len(queries))], desc="warm-up", leave=False):
+    for q in tqdm(queries, desc="warm-up (page the graphs and vectors in)", leave=False):
         await node.request(
             "POST", f"/{index}/_search", knn_body(vector_json(q), args.k, container_id, case, None)
         )

@@ -471,6 +471,10 @@ async def _watch_disconnect(request: web.Request) -> None:
         await asyncio.sleep(DISCONNECT_POLL_S)
 
 
+def _log_disconnect(request: web.Request) -> None:
+    log.info("client disconnected from %s %s; retrieval stopped", request.method, request.path)
+
+
 async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | None:
     """Run ``work``; cancel it (and so every embedding and search it awaits) if the client goes away.
 
@@ -483,7 +487,7 @@ async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | Non
         done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if task in done:
             return task.result()
-        log.info("client disconnected from %s %s; retrieval cancelled", request.method, request.path)
+        _log_disconnect(request)
         return None
     finally:
         watcher.cancel()
@@ -578,7 +582,8 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
 
     try:
         result = await _until_disconnect(request, run())
-    except ConnectionResetError:
+    except ConnectionResetError:  # the socket closed under a write, before the watcher saw it
+        _log_disconnect(request)
         result = None
     if result is None:
         # Nobody is listening any more; hand aiohttp what was started, or an empty close.

@@ -57,7 +57,8 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
             raise BadRequest("Message must have role and content")
         if not isinstance(content, list):
             raise token_error("START_ARRAY", content)
-        out.append({"role": as_str(role), "content": content})
+        # ml-commons reads each content item as a map (and the flat_object mapping refuses anything else).
+        out.append({"role": as_str(role), "content": [as_object(item) for item in content]})
     return out
 
 

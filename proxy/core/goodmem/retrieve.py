@@ -2,8 +2,8 @@
 
 Two phases, so that every failure a client can act on arrives as an ordinary HTTP error:
 
-1. :func:`plan_retrieval` (before the first byte): spaces, permissions (LIST_MEMORY and READ_MEMORY on every
-   space before any other work), filters, query embedding and every k-NN search. Errors raise
+1. :func:`plan_retrieval` (before the first byte): filters, spaces, permissions (LIST_MEMORY and READ_MEMORY
+   on every space before any other work), query embedding and every k-NN search. Errors raise
    :mod:`proxy.errors` kinds. A space whose search fails while others succeed becomes a status event.
 2. :func:`retrieval_events` (while streaming): the result set, with memory definitions loaded in batches as
    the stream advances. A failure here raises :class:`StreamFailure`, which carries the in-band status event
@@ -37,13 +37,17 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAT_POST_PROCESSOR",
     "DEFAULT_REQUESTED_SIZE",
+    "FILTERS_UNAVAILABLE",
     "ITERATIVE_SCAN_MODES",
+    "LOAD_BATCH",
+    "MAX_MESSAGE_CHARS",
     "MAX_REQUESTED_SIZE",
     "STAGE_RETRIEVE",
     "ChatConfig",
     "EmbedderWeight",
     "EventAssembler",
     "HnswOptions",
+    "MemoryLoader",
     "RankedChunk",
     "RetrievalPlan",
     "RetrieveRequest",
