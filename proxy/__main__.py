@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         access_log=None,
+        # A client that goes away cancels its handler, so abandoned searches and embeddings stop early.
+        handler_cancellation=True,
         print=lambda _: print(f"memproxy listening on http://{settings.host}:{settings.port}", flush=True),
     )
 

@@ -37,7 +37,10 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    specs = [EmbedderSpec(id=i.split("=", 1)[0].strip(), path=i.split("=", 1)[1].strip()) for i in settings.embedders]
+    specs = [
+        EmbedderSpec(id=i.split("=", 1)[0].strip(), path=i.split("=", 1)[1].strip())
+        for i in settings.embedders
+    ]
     options = EngineOptions(
         device=settings.embed_device,
         dtype=settings.embed_dtype,
@@ -49,7 +52,9 @@ async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
     await registry.start()
     app[EMBEDDERS] = registry
     for info in registry.infos():
-        log.info("embedder %s (%s, %d-d) on %s/%s", info.id, info.name, info.dimension, info.device, info.dtype)
+        log.info(
+            "embedder %s (%s, %d-d) on %s/%s", info.id, info.name, info.dimension, info.device, info.dtype
+        )
     yield
     await registry.close()
 

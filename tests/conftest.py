@@ -11,11 +11,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import urllib.request
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,14 +72,16 @@ def opensearch_url() -> Iterator[str]:
 class ProxyProcess:
     """The real memproxy, started as ``python -m proxy`` on a free port."""
 
-    def __init__(self, opensearch_url: str, extra_args: list[str] | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self, opensearch_url: str, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = REPO / ".cache" / f"proxy-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "proxy", "--opensearch-url", opensearch_url, "--port", str(self.port)]
         cmd += extra_args or []
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )

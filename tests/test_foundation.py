@@ -49,7 +49,9 @@ def test_long_term_template_is_accepted_and_answers_knn(opensearch_url: str, ind
             )
         client.indices.refresh(index=index_name)
         knn = {"vector": [1.0, 0.0, 0.0], "k": 3, "filter": {"term": {"namespace.user_id": "ns2"}}}
-        hits = client.search(index=index_name, body={"query": {"knn": {"memory_embedding": knn}}})["hits"]["hits"]
+        hits = client.search(index=index_name, body={"query": {"knn": {"memory_embedding": knn}}})["hits"][
+            "hits"
+        ]
         assert [h["_id"] for h in hits] == ["c", "b"]
         # Lucene's cosinesimil score is ml-commons' (1 + cos) / 2.
         assert hits[1]["_score"] == pytest.approx(0.5, abs=1e-6)

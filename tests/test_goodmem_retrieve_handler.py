@@ -263,3 +263,11 @@ async def test_get_form_over_http(base_url: str) -> None:
     statuses = [data["status"]["code"] for _, data in frames if "status" in data]
     assert statuses == ["FEATURE_DISABLED", "FEATURE_DISABLED"]
     assert frames[-1][0] == "close"
+
+
+@pytest.mark.parametrize("raw", [b"", b"{not json", b"\xff\xfe{}", b"[1]"])
+async def test_malformed_bodies_are_400(base_url: str, raw: bytes) -> None:
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as session, session.post(base_url, data=raw, headers=headers) as resp:
+        assert resp.status == 400
+        assert (await resp.json())["status"] == 400

@@ -48,10 +48,7 @@ def goodmem_error_body(exc: MemproxyError) -> dict[str, Any]:
 
 
 def render_error(request: web.Request, exc: MemproxyError) -> web.Response:
-    if is_goodmem_path(request.path):
-        body = goodmem_error_body(exc)
-    else:
-        body = opensearch_error_body(exc)
+    body = goodmem_error_body(exc) if is_goodmem_path(request.path) else opensearch_error_body(exc)
     return web.Response(
         status=exc.status,
         text=json.dumps(body, ensure_ascii=False),

@@ -15,7 +15,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     body = request.content.iter_any() if request.body_exists else None
     upstream = await forward(request.app[STORE], request.method, request.raw_path, request.headers, body)
     try:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=upstream.headers)
+        response = web.StreamResponse(
+            status=upstream.status, reason=upstream.reason, headers=upstream.headers
+        )
         if "Content-Length" not in upstream.headers:
             response.enable_chunked_encoding()
         await response.prepare(request)

@@ -217,7 +217,7 @@ class _Compiler:
             parts = [self.truth(i, want) for i in e.items]
             return _or(parts) if want else _and(parts)
         if isinstance(e, Not):
-            return _not(self.truth(e.arg, want))
+            return self.truth(e.arg, not want)
         if isinstance(e, Exists):
             q = self.present(e.path)
             return q if want else _not(q)
@@ -234,11 +234,10 @@ class _Compiler:
             query = self.in_list(e, want)
         elif isinstance(e, Member):
             query = self.member(e.arg, e.coll, want != e.negated)
+        elif isinstance(e, Contains) and e.right.type.is_scalar:
+            query = self.member(e.right, e.left, want)
         elif isinstance(e, Contains):
-            if e.right.type.is_scalar:
-                query = self.member(e.right, e.left, want)
-            else:
-                query = self.contains(e, want)
+            query = self.contains(e, want)
         elif isinstance(e, Overlaps):
             query = self.overlaps(e, want)
         else:
@@ -345,7 +344,10 @@ class _Compiler:
             if value != _floor(value):
                 return MATCH_NONE
             return _and(
-                [self.half_line(acc, value, above=True), self.half_line(acc, EXACT.add(value, 1), above=False)]
+                [
+                    self.half_line(acc, value, above=True),
+                    self.half_line(acc, EXACT.add(value, 1), above=False),
+                ]
             )
         except OverflowError:
             return None
@@ -414,7 +416,11 @@ class _Compiler:
     # --- IN ---------------------------------------------------------------------------------------------
     def in_list(self, e: InList, want: bool) -> Query | None:
         acc = _access(e.arg)
-        if acc is not None and acc.kind not in ("int", "year_date", "year_ts") and all(map(is_constant, e.items)):
+        if (
+            acc is not None
+            and acc.kind not in ("int", "year_date", "year_ts")
+            and all(map(is_constant, e.items))
+        ):
             values = [self.constant(i) for i in e.items]
             present = [v for v in values if v is not None]
             if acc.kind == "text":

@@ -348,10 +348,8 @@ class _Evaluator:
         return _not(result) if e.negated else result
 
     def v_IsNull(self, e: IsNull) -> Any:
-        if e.arg.type is T.ARRAY:
-            is_null = False
-        else:
-            is_null = self.value(e.arg) is None
+        # A collection (vals(), an array literal) is never NULL; it may be empty.
+        is_null = False if e.arg.type is T.ARRAY else self.value(e.arg) is None
         return not is_null if e.negated else is_null
 
     def v_InList(self, e: InList) -> Any:

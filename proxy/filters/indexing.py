@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterable
 from decimal import Decimal
 from functools import cache
 from pathlib import Path as FsPath
@@ -95,10 +96,11 @@ def _key_variants(segments: tuple[Segment, ...]) -> list[str]:
     positions = [i for i, s in enumerate(segments) if isinstance(s, int)]
     if not positions:
         return [Path(segments).key()]
+    choices: Iterable[tuple[bool, ...]]
     if len(positions) <= MAX_PATH_ARRAY_STEPS:
         choices = itertools.product((False, True), repeat=len(positions))
     else:
-        choices = iter([(False,) * len(positions), (True,) * len(positions)])
+        choices = [(False,) * len(positions), (True,) * len(positions)]
     keys = []
     for choice in choices:
         segs: list[Segment] = list(segments)
@@ -117,14 +119,15 @@ def _check_text(text: str, where: str) -> None:
 def index_metadata(metadata: Any) -> dict[str, list[str]]:
     """The document fragment to store under ``metadata_index`` for a memory whose metadata is ``metadata``.
 
-    Raises BadRequest for metadata that cannot be indexed exactly (non-finite numbers, strings longer than
+    ``None`` (no metadata) indexes nothing, exactly like a document without the field. Raises BadRequest
+    for metadata that cannot be indexed exactly (non-finite numbers, strings longer than
     MAX_STRING_BYTES, more than MAX_ENTRIES terms): refusing is better than a filter silently missing it.
     """
     present: set[str] = set()
     values: set[str] = set()
     lowers: set[str] = set()
     uppers: set[str] = set()
-    stack: list[tuple[Any, tuple[Segment, ...]]] = [(metadata, ())]
+    stack: list[tuple[Any, tuple[Segment, ...]]] = [] if metadata is None else [(metadata, ())]
     while stack:
         node, segments = stack.pop()
         where = f"value at {Path(segments)}"

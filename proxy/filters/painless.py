@@ -61,8 +61,30 @@ __all__ = ["SCRIPT_SOURCE", "compile_program", "script_query"]
 T = SqlType
 
 # Opcodes; SCRIPT_SOURCE below uses the same numbers.
-PUSH, LOAD_TEXT, LOAD_NUM, LOAD_BOOL, LOAD_DATE, LOAD_TS, JSON_NULL, EXISTS, LOAD_COLL = 1, 2, 3, 4, 5, 6, 7, 8, 9
-NOT, AND, OR, IS_NULL, CMP, LIKE, NUMOP, NEG, DATE_ADD, DATE_DIFF, CONCAT = 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+PUSH, LOAD_TEXT, LOAD_NUM, LOAD_BOOL, LOAD_DATE, LOAD_TS, JSON_NULL, EXISTS, LOAD_COLL = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+)
+NOT, AND, OR, IS_NULL, CMP, LIKE, NUMOP, NEG, DATE_ADD, DATE_DIFF, CONCAT = (
+    10,
+    11,
+    12,
+    13,
+    14,
+    15,
+    16,
+    17,
+    18,
+    19,
+    20,
+)
 CONV, EXTRACT, ENCODE, MEMBER, CONTAINS, OVERLAPS = 21, 22, 23, 24, 25, 26
 
 # PUSH kinds
@@ -95,7 +117,10 @@ JSON_TAGS = "sNbzao"
 SCRIPT_SOURCE = """
 String pfind(def dv, String prefix) {
   int n = dv.size();
-  for (int i = 0; i < n; ++i) { String s = dv.get(i); if (s.startsWith(prefix)) { return s.substring(prefix.length()); } }
+  for (int i = 0; i < n; ++i) {
+    String s = dv.get(i);
+    if (s.startsWith(prefix)) { return s.substring(prefix.length()); }
+  }
   return null;
 }
 boolean phas(def dv, String prefix) {
@@ -174,9 +199,13 @@ long[] civil(long z0) {
   return new long[] {y, m, d};
 }
 String pad(long v, int w) { String s = String.valueOf(v); while (s.length() < w) { s = '0' + s; } return s; }
-String fmtDate(long day) { long[] c = civil(day); return pad(c[0], 4) + '-' + pad(c[1], 2) + '-' + pad(c[2], 2); }
+String fmtDate(long day) {
+  long[] c = civil(day);
+  return pad(c[0], 4) + '-' + pad(c[1], 2) + '-' + pad(c[2], 2);
+}
 long parseDate(String s) {
-  return daysFromCivil(Long.parseLong(s.substring(0, 4)), Long.parseLong(s.substring(5, 7)), Long.parseLong(s.substring(8, 10)));
+  long y = Long.parseLong(s.substring(0, 4));
+  return daysFromCivil(y, Long.parseLong(s.substring(5, 7)), Long.parseLong(s.substring(8, 10)));
 }
 long parseTs(String s) {
   long h = Long.parseLong(s.substring(11, 13)); long mi = Long.parseLong(s.substring(14, 16));
@@ -186,9 +215,14 @@ long parseTs(String s) {
 String fmtTime(long t, String sep, boolean key) {
   long day = fdiv(t, 86400000000L); long rem = t - day * 86400000000L;
   long secs = rem / 1000000L; long f = rem % 1000000L;
-  String s = fmtDate(day) + sep + pad(secs / 3600, 2) + ':' + pad(secs / 60 % 60, 2) + ':' + pad(secs % 60, 2);
+  String s = fmtDate(day) + sep + pad(secs / 3600, 2) + ':' + pad(secs / 60 % 60, 2) + ':'
+    + pad(secs % 60, 2);
   if (key) { return s + '.' + pad(f, 6); }
-  if (f != 0) { String fr = pad(f, 6); while (fr.endsWith('0')) { fr = fr.substring(0, fr.length() - 1); } s = s + '.' + fr; }
+  if (f != 0) {
+    String fr = pad(f, 6);
+    while (fr.endsWith('0')) { fr = fr.substring(0, fr.length() - 1); }
+    s = s + '.' + fr;
+  }
   return s;
 }
 String canon(BigDecimal x) { return x.signum() == 0 ? '0' : x.stripTrailingZeros().toPlainString(); }
@@ -264,7 +298,10 @@ def run(def doc, String f, List prog) {
     } else if (op == 15) {
       def p = st[sp - 1]; def s = st[sp - 2]; sp -= 2;
       if (p == null || s == null) { st[sp] = null; }
-      else { int r = likeMatch((String) s, (String) p); if (r < 0) { st[sp] = null; } else { st[sp] = r == 1; } }
+      else {
+        int r = likeMatch((String) s, (String) p);
+        if (r < 0) { st[sp] = null; } else { st[sp] = r == 1; }
+      }
       sp++;
     } else if (op == 16) {
       def b = st[sp - 1]; def a = st[sp - 2]; sp -= 2; int nop = ins.get(1);
@@ -284,7 +321,9 @@ def run(def doc, String f, List prog) {
       def x = st[sp - 1]; if (x != null) { st[sp - 1] = ((BigDecimal) x).negate(); }
     } else if (op == 18) {
       def n = st[sp - 1]; def d = st[sp - 2]; sp -= 2; int sign = ins.get(1);
-      if (n == null || d == null || ((BigDecimal) n).abs().compareTo(new BigDecimal('10000000')) > 0) { st[sp] = null; }
+      if (n == null || d == null || ((BigDecimal) n).abs().compareTo(new BigDecimal('10000000')) > 0) {
+        st[sp] = null;
+      }
       else {
         long r = ((long) d) + sign * ((BigDecimal) n).longValue();
         if (r < MIN_DAY || r > MAX_DAY) { st[sp] = null; } else { st[sp] = r; }
@@ -292,7 +331,8 @@ def run(def doc, String f, List prog) {
       sp++;
     } else if (op == 19) {
       def b = st[sp - 1]; def a = st[sp - 2]; sp -= 2;
-      if (a == null || b == null) { st[sp] = null; } else { st[sp] = BigDecimal.valueOf(((long) a) - ((long) b)); }
+      if (a == null || b == null) { st[sp] = null; }
+      else { st[sp] = BigDecimal.valueOf(((long) a) - ((long) b)); }
       sp++;
     } else if (op == 20) {
       def b = st[sp - 1]; def a = st[sp - 2]; sp -= 2;
@@ -323,7 +363,11 @@ def run(def doc, String f, List prog) {
         else if (unit == 1) { r = (c[1] - 1) / 3 + 1; }
         else if (unit == 2) { r = c[1]; }
         else if (unit == 3) { r = c[2]; }
-        else if (unit == 4 || unit == 5) { long dow = (day + 4) % 7; if (dow < 0) { dow += 7; } r = (unit == 5 && dow == 0) ? 7 : dow; }
+        else if (unit == 4 || unit == 5) {
+          long dow = (day + 4) % 7;
+          if (dow < 0) { dow += 7; }
+          r = (unit == 5 && dow == 0) ? 7 : dow;
+        }
         else if (unit == 6) { r = day - daysFromCivil(c[0], 1, 1) + 1; }
         else if (unit == 7) { r = rem / 3600000000L; }
         else if (unit == 8) { r = rem / 60000000L % 60; }

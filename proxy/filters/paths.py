@@ -196,7 +196,10 @@ def parse_path(text: str) -> Path:
 
 def resolve(path: Path, document: Any) -> list[Any]:
     """The JSON nodes ``path`` selects in ``document``. Members of non-objects, indexes of non-arrays and
-    [*] of non-arrays select nothing (no lax-mode unwrapping)."""
+    [*] of non-arrays select nothing (no lax-mode unwrapping). A ``None`` document is a memory without
+    metadata: nothing exists in it, not even ``$`` (so a stored document lacking metadata_index agrees)."""
+    if document is None:
+        return []
     nodes = [document]
     for seg in path.segments:
         nxt: list[Any] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -135,7 +136,7 @@ def _describe_bad_string(text: str, offset: int) -> str:
 
 def _syntax_error(text: str, exc: UnexpectedInput) -> FilterError:
     if isinstance(exc, UnexpectedCharacters):
-        offset = exc.pos_in_stream
+        offset = exc.pos_in_stream or 0
         c = text[offset] if offset < len(text) else ""
         if c == "'":
             return _error(text, offset, _describe_bad_string(text, offset))
@@ -148,16 +149,22 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> FilterError:
         tok = exc.token
         expected = sorted({_TERMINAL_NAMES.get(t, t) for t in exc.expected if not t.startswith("__")})
         hint = f"; expected {', '.join(expected)}" if expected and len(expected) <= 12 else ""
+        if tok.type != "NAME" and set(exc.expected) == {"LPAR"}:
+            # A NAME not followed by '(' is a bare identifier (or NaN/Infinity): name it, not what follows.
+            before = text[: len(text) if tok.type == "$END" else (tok.start_pos or 0)].rstrip()
+            m = re.search(r"[A-Za-z_][A-Za-z0-9_]*$", before)
+            if m and m.group().lower() not in ("cast", "extract"):
+                tok = Token("NAME", m.group(), start_pos=m.start())
         if tok.type == "$END":
             return _error(text, len(text), f"unexpected end of expression{hint}")
         offset = tok.start_pos or 0
         if tok.type == "NAME" and str(tok).lower() in ("nan", "infinity", "inf"):
             return _error(text, offset, f"{tok} is not a valid number")
         if tok.type == "NAME":
-            return _error(
-                text, offset, f"unexpected name {str(tok)!r} (bare identifiers are not allowed; use val('$.name'))"
-            )
-        return _error(text, offset, f"unexpected {_TERMINAL_NAMES.get(tok.type, repr(str(tok)))} {str(tok)!r}{hint}")
+            problem = f"unexpected name {str(tok)!r} (bare identifiers are not allowed; use val('$.name'))"
+            return _error(text, offset, problem)
+        what = _TERMINAL_NAMES.get(tok.type, repr(str(tok)))
+        return _error(text, offset, f"unexpected {what} {str(tok)!r}{hint}")
     if isinstance(exc, UnexpectedEOF):
         return _error(text, len(text), "unexpected end of expression")
     return _error(text, 0, str(exc))

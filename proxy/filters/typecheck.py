@@ -165,7 +165,8 @@ class _Typer:
         try:
             path = parse_path(arg.value)
         except PathSyntaxError as exc:
-            raise self.error(arg.pos, f"bad JSONPath {arg.value!r}: {exc.problem} (at path offset {exc.offset})")
+            problem = f"bad JSONPath {arg.value!r}: {exc.problem} (at path offset {exc.offset})"
+            raise self.error(arg.pos, problem) from None
         return path
 
     def k_call(self, raw: Raw) -> Expr:
@@ -316,7 +317,9 @@ class _Typer:
             return JsonConst(base.items[index] if index < len(base.items) else None, raw.pos)
         if isinstance(base, JsonConst):
             return JsonConst(None, raw.pos)
-        raise self.error(raw.pos, f"only val(...) and array literals can be subscripted, not {base.type.value}")
+        raise self.error(
+            raw.pos, f"only val(...) and array literals can be subscripted, not {base.type.value}"
+        )
 
     def k_unary(self, raw: Raw) -> Expr:
         arg = self.expr(raw.args[0])
@@ -357,9 +360,15 @@ class _Typer:
         if lt is T.NULL and rt is T.NULL:
             return Lit(None, T.NUMERIC, pos)
         if lt is T.NULL:
-            left, lt = Lit(None, rt if rt.is_numeric else T.INTEGER, left.pos), rt if rt.is_numeric else T.INTEGER
+            left, lt = (
+                Lit(None, rt if rt.is_numeric else T.INTEGER, left.pos),
+                rt if rt.is_numeric else T.INTEGER,
+            )
         if rt is T.NULL:
-            right, rt = Lit(None, lt if lt.is_numeric else T.INTEGER, right.pos), lt if lt.is_numeric else T.INTEGER
+            right, rt = (
+                Lit(None, lt if lt.is_numeric else T.INTEGER, right.pos),
+                lt if lt.is_numeric else T.INTEGER,
+            )
         if lt.is_numeric and rt.is_numeric:
             result = T.INTEGER if lt is T.INTEGER and rt is T.INTEGER else T.NUMERIC
             return Arith(op, left, right, result, pos)
@@ -453,7 +462,9 @@ class _Typer:
         return InList(arg, tuple(i for _, i in pairs), raw.negated, raw.pos)
 
     def k_in_array(self, raw: Raw) -> Expr:
-        return self.member(self.expr(raw.args[0]), self.expr(raw.args[1]), raw.negated, raw.pos, raw.args[0].pos)
+        return self.member(
+            self.expr(raw.args[0]), self.expr(raw.args[1]), raw.negated, raw.pos, raw.args[0].pos
+        )
 
     def collection_operand(self, e: Expr) -> None:
         """A val() used as a collection is read through its elements' [*] key, which must be indexed."""
@@ -463,7 +474,9 @@ class _Typer:
     def member(self, arg: Expr, coll: Expr, negated: bool, pos: Pos, arg_pos: Pos) -> Expr:
         self.collection_operand(coll)
         if coll.type not in (T.ARRAY, T.JSON):
-            raise self.error(pos, f"IN <array> needs vals(), val() or an array literal, got {coll.type.value}")
+            raise self.error(
+                pos, f"IN <array> needs vals(), val() or an array literal, got {coll.type.value}"
+            )
         if arg.type is T.NULL:
             return Lit(None, T.BOOLEAN, pos)
         if arg.type in (T.JSON, T.ARRAY):
@@ -488,7 +501,9 @@ class _Typer:
         left, right = self.expr(raw.args[0]), self.expr(raw.args[1])
         for side, side_raw in ((left, raw.args[0]), (right, raw.args[1])):
             if side.type not in (T.ARRAY, T.JSON):
-                raise self.error(side_raw.pos, f"OVERLAPS needs collections on both sides, got {side.type.value}")
+                raise self.error(
+                    side_raw.pos, f"OVERLAPS needs collections on both sides, got {side.type.value}"
+                )
             self.collection_operand(side)
         return Overlaps(left, right, raw.pos)
 

@@ -25,7 +25,9 @@ from typing import Any
 
 # NUMERIC is exact decimal arithmetic, as PostgreSQL's numeric (GoodMem's original backend). The default
 # decimal context rounds to 28 digits, so every operation goes through one of these contexts explicitly.
-EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation])
+EXACT = Context(
+    prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation]
+)
 # Division cannot be exact in general; 34 significant digits half-even is IEEE decimal128, which Java's
 # MathContext.DECIMAL128 reproduces bit for bit in the painless interpreter.
 DIVISION = Context(prec=34, Emax=MAX_EMAX, Emin=MIN_EMIN, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation])
@@ -266,7 +268,9 @@ def like_match(text: str, pattern: str) -> bool | None:
     mark = 0
     n, m = len(text), len(tokens)
     while si < n:
-        if pi < m and (tokens[pi][0] == _ANY_ONE or (tokens[pi][0] == _LITERAL and tokens[pi][1] == text[si])):
+        if pi < m and (
+            tokens[pi][0] == _ANY_ONE or (tokens[pi][0] == _LITERAL and tokens[pi][1] == text[si])
+        ):
             si += 1
             pi += 1
         elif pi < m and tokens[pi][0] == _ANY_SEQ:

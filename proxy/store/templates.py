@@ -21,7 +21,7 @@ _env = jinja2.Environment(
 )
 
 
-def VectorField(name: str, dimension: int) -> dict[str, Any]:  # noqa: N802 - reads like a record
+def VectorField(name: str, dimension: int) -> dict[str, Any]:
     if dimension < 1:
         raise ValueError(f"vector dimension must be positive, got {dimension}")
     return {"name": name, "dimension": int(dimension)}

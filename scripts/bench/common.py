@@ -449,6 +449,11 @@ async def goodmem_key(proxy_url: str, opensearch_url: str) -> str:
         await store.close()
 
 
+def embed_args(threads: int | None) -> list[str]:
+    """Proxy flags that give its embedder the settings the in-process baseline gets."""
+    return [] if threads is None else ["--embed-threads", str(threads)]
+
+
 class Proxy:
     """A JSON/NDJSON client for memproxy's two APIs."""
 

@@ -7,7 +7,9 @@ load on the machine hit every variant alike), at concurrency 1, 8 and 32:
 - ``goodmem_api``: ``POST /v1/memories:retrieve`` through memproxy (NDJSON, ``fetchMemory: false``);
 - ``baseline``: memproxy's embedding engine in this process (same model, same settings) embeds the text,
   then the request memproxy's compiler builds goes straight to OpenSearch: the strongest baseline;
-- ``embed_only`` and ``knn_only`` (precomputed vector): the baseline's two parts.
+- ``embed_only`` and ``knn_only`` (precomputed vector): the baseline's two parts;
+- ``container_get`` (the container document read every API request makes first) and
+  ``container_get_via_proxy`` (the same read through memproxy's pass-through): where the overhead goes.
 
 The proxy is started here (``python -m proxy``) against the node, with a container it creates and fills.
 
@@ -26,6 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from proxy.config import Settings
 from proxy.core.query import Term
 from proxy.store.query_dsl import compile_filter, vector_search_body
 from scripts.bench.common import (
@@ -33,6 +36,7 @@ from scripts.bench.common import (
     Node,
     Proxy,
     delete_indices,
+    embed_args,
     format_table,
     goodmem_key,
     latency_summary,
@@ -44,7 +48,16 @@ from scripts.bench.common import (
     write_results,
 )
 
-VARIANTS = ("opensearch_api", "goodmem_api", "baseline", "embed_only", "knn_only")
+VARIANTS = (
+    "opensearch_api",
+    "goodmem_api",
+    "baseline",
+    "embed_only",
+    "knn_only",
+    "container_get",
+    "container_get_via_proxy",
+)
+CONTAINER_INDEX = ".plugins-ml-am-memory-container"
 FIELD = "memory_embedding"
 EXCLUDES = [FIELD, "metadata_index"]  # what memproxy's semantic search leaves out of _source
 
@@ -106,12 +119,22 @@ def make_call(world: World, variant: str, qi: int) -> Call:
     async def knn_only() -> int:
         return await knn(world.vectors[qi])
 
+    async def container_get() -> int:  # what each API request reads before it searches
+        found = await world.node.request("GET", f"/{CONTAINER_INDEX}/_doc/{world.container_id}")
+        return k if found["found"] else 0
+
+    async def container_get_via_proxy() -> int:  # the same read through the proxy's pass-through: its hop
+        found = await world.proxy.json("GET", f"/{CONTAINER_INDEX}/_doc/{world.container_id}")
+        return k if found["found"] else 0
+
     calls: dict[str, Call] = {
         "opensearch_api": opensearch_api,
         "goodmem_api": goodmem_api,
         "baseline": baseline,
         "embed_only": embed_only,
         "knn_only": knn_only,
+        "container_get": container_get,
+        "container_get_via_proxy": container_get_via_proxy,
     }
     return calls[variant]
 
@@ -205,11 +228,11 @@ def report(results: dict[int, dict[str, Series]]) -> tuple[list[dict[str, Any]],
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"memproxy-bench-overhead-{uuid.uuid4().hex[:8]}"
-    proxy_process = start_proxy(args.url)
+    proxy_process = start_proxy(args.url, embed_args(args.embed_threads))
     proxy, embedders = Proxy(proxy_process.url), None
     try:
         async with Node(args.url) as node:
-            embedders = await start_embedders()
+            embedders = await start_embedders(Settings(embed_threads=args.embed_threads))
             info = embedders.infos()[0]
             proxy.goodmem_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
             container_id = await proxy.create_container(prefix, info.id, info.dimension)
@@ -261,10 +284,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=250, help="memories per _memproxy_bulk request while filling")
     p.add_argument("--queries", type=int, default=200, help="distinct query texts")
     p.add_argument("--requests", type=int, default=300, help="requests per variant and concurrency level")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the requests are split into")
+    p.add_argument("--rounds", type=int, default=6, help="interleaved rounds the requests are split into")
     p.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8, 32])
     p.add_argument("--warm-up", type=int, default=20, help="requests per variant before measuring")
     p.add_argument("--k", type=int, default=10)
+    p.add_argument(
+        "--embed-threads",
+        type=int,
+        default=None,
+        help="torch threads of the proxy's and the baseline's embedder alike (default: torch's)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 300 memories, 30 requests")
     args = p.parse_args(argv)
     if args.quick:

@@ -31,8 +31,15 @@ LABELS = {
     "baseline": "embed + direct knn (baseline)",
     "embed_only": "embedder alone",
     "knn_only": "direct knn alone",
+    "container_get": "container GET (direct)",
+    "container_get_via_proxy": "container GET via proxy",
     "direct_bulk": "direct _bulk (refresh=true)",
     "direct_bulk_norefresh": "direct _bulk (no refresh)",
+}
+INGEST_LABELS = {
+    **LABELS,
+    "opensearch_api": "memproxy _memproxy_bulk (OpenSearch API)",
+    "goodmem_api": "memproxy GoodMem batchCreate",
 }
 
 
@@ -78,7 +85,7 @@ def latency_chart(data: dict[str, Any]) -> None:
 def ingest_chart(data: dict[str, Any]) -> None:
     rows = data["rows"]
     fig, ax = plt.subplots(figsize=(8.5, 4.2))
-    names = [LABELS.get(r["variant"], r["variant"]) for r in rows]
+    names = [INGEST_LABELS.get(r["variant"], r["variant"]) for r in rows]
     rates = [r["memories/s"] for r in rows]
     bars = ax.barh(names, rates, color=["#888" if r["variant"] == "embed_only" else "#4a7ab5" for r in rows])
     ceiling = data["bounds"]["ceiling"]
@@ -131,13 +138,13 @@ def ef_chart(runs: list[tuple[str, dict[str, Any]]]) -> None:
         sweep = [r for r in data.get("ef_sweep", []) if r["matching"] == data["summary"]["n"]]
         if not sweep:
             continue
-        pts = sorted((r["ef_search"], r[f"recall@{data['params']['k']}"], r["took p50 ms"]) for r in sweep)
+        pts = sorted((r["ef_search"], r[f"recall@{data['params']['k']}"], r["client p50 ms"]) for r in sweep)
         ef, rec, took = zip(*pts, strict=True)
         axes[0].plot(ef, rec, marker="o", label=label)
         axes[1].plot(ef, took, marker="o", label=label)
     for ax, title, ylabel in (
         (axes[0], "recall@10, container filter only", "mean recall@10"),
-        (axes[1], "OpenSearch took, p50", "ms"),
+        (axes[1], "query latency at the client, p50", "ms"),
     ):
         ax.set_xscale("log")
         ax.set_xlabel("method_parameters.ef_search")

@@ -498,13 +498,15 @@ async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | Non
 
 
 async def _read_json(request: web.Request) -> Any:
-    text = await request.text()
-    if not text.strip():
+    raw = await request.read()
+    if not raw.strip():
         raise BadRequest("The request body must be a JSON object")
     try:
-        return json.loads(text)
+        return json.loads(raw)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"Invalid JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except UnicodeDecodeError:
+        raise BadRequest("Invalid JSON body: not UTF-8") from None
 
 
 Parser = Callable[[web.Request], Awaitable[RetrieveRequest]]
@@ -557,12 +559,15 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
     stream = EventStream(request, fmt, terminal=terminal)
 
     async def prepare() -> RetrievalPlan:
+        budget = asyncio.timeout_at(deadline)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with budget:
                 caller = await principal(request)
                 req = await parse(request)
                 return await plan_retrieval(svc, caller, req)
         except TimeoutError:
+            if not budget.expired():  # some other timeout below: not the caller's budget
+                raise
             raise DeadlineExceeded(
                 f"Deadline exceeded: the {timeout_ms} ms budget of {TIMEOUT_HEADER} ran out before results"
             ) from None

@@ -516,10 +516,13 @@ MemoryLoader = Callable[[list[str]], Awaitable[Mapping[str, Mapping[str, Any]]]]
 async def _load_batch(
     loader: MemoryLoader, memory_ids: list[str], deadline: float | None
 ) -> Mapping[str, Mapping[str, Any]]:
+    budget = asyncio.timeout_at(deadline)
     try:
-        async with asyncio.timeout_at(deadline):
+        async with budget:
             return await loader(memory_ids)
     except TimeoutError:
+        if not budget.expired():  # some other timeout below: not the caller's budget
+            raise
         message = "Deadline exceeded (GoodMem-Timeout-Ms) while loading memory definitions"
         raise StreamFailure(
             status_event("MEMORY_LOAD_FAILED", message, {"reason": "DEADLINE_EXCEEDED"}),
