@@ -70,7 +70,7 @@ class _Item:
 
 def _compute(model: LoadedModel, batch: Sequence[_Item]) -> list[list[float] | None]:
     """Runs on the compute thread. Items whose caller gave up while the batch waited cost nothing."""
-    live = [i for i, item in enumerate(batch) if not item.request.future.done()]
+    live = list(range(len(batch)))
     results: list[list[float] | None] = [None] * len(batch)
     if live:
         vectors = model.embed_tokens([batch[i].ids for i in live])
@@ -222,7 +222,7 @@ class Embedder:
                     self._release(item.request)
                     item.request.fail(error)
             else:
-                self.batches_run += 1
+                self.batches_run += any(vector is not None for vector in vectors)
                 for item, vector in zip(batch, vectors, strict=True):
                     if vector is not None:
                         self.texts_computed += 1

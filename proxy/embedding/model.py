@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -189,14 +188,16 @@ class LoadedModel:
         width = max(longest, min(_round_up(longest, self.pad_to_multiple), self.max_tokens))
         padded = [list(ids) + [self.pad_id] * (width - len(ids)) for ids in group]
         input_ids = torch.tensor(padded, dtype=torch.long)
-        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in group], dtype=torch.long)
+        mask = torch.tensor(
+            [[1] * len(ids) + [0] * (width - len(ids)) for ids in group], dtype=torch.long, device=self.device
+        )
         full = all(len(ids) == width for ids in group)
         hidden = self.model(
             input_ids=input_ids.to(self.device),
             # No mask at all lets SDPA take its unmasked (faster) kernel; the result is the same.
-            attention_mask=None if full else mask.to(self.device),
+            attention_mask=None if full else mask,
         ).last_hidden_state
-        return pool(hidden, mask.to(self.device), self.layout.pooling, self.layout.normalize).cpu()
+        return pool(hidden, mask, self.layout.pooling, self.layout.normalize).cpu()
 
 
 def _model_dir(path: str) -> Path:
@@ -237,7 +238,6 @@ def load_model(path: str, options: EngineOptions) -> LoadedModel:
         raise ModelLoadError(path, str(exc)) from exc
     if not (layout.transformer_dir / "config.json").is_file():
         raise ModelLoadError(path, f"no config.json in {layout.transformer_dir}")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     try:
         from transformers import AutoModel, AutoTokenizer
 

@@ -16,7 +16,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
 from .errors import FilterError
-from .evaluator import constant_value, now_values
+from .evaluator import compare_values, constant_value, now_values
 from .indexing import FIELDS, METADATA_INDEX_FIELD, SEP, sortable_number
 from .nodes import (
     And,
@@ -38,6 +38,7 @@ from .nodes import (
     Val,
     Vals,
     is_constant,
+    walk,
 )
 from .painless import script_query
 from .paths import STAR, Path
@@ -259,10 +260,14 @@ class _Compiler:
 
     # --- comparisons ----------------------------------------------------------------------------------
     def compare(self, e: Compare, want: bool) -> Query | None:
-        if e.left.type is T.BOOLEAN and is_constant(e.right):
-            return self.boolean_compare(e.left, e.op, self.constant(e.right), want)
-        if e.right.type is T.BOOLEAN and is_constant(e.left):
-            return self.boolean_compare(e.right, FLIP[e.op], self.constant(e.left), want)
+        if e.left.type is T.BOOLEAN:
+            # A predicate compared with a constant may need both of its truth queries; nested, that would
+            # double per level, so predicates that themselves compare predicates go to painless.
+            if is_constant(e.right) and not _compares_predicates(e.left):
+                return self.boolean_compare(e.left, e.op, self.constant(e.right), want)
+            if is_constant(e.left) and not _compares_predicates(e.right):
+                return self.boolean_compare(e.right, FLIP[e.op], self.constant(e.left), want)
+            return None
         acc, op, other = _access(e.left), e.op, e.right
         if acc is None or not is_constant(other):
             acc, op, other = _access(e.right), FLIP[e.op], e.left
@@ -277,9 +282,7 @@ class _Compiler:
         """A predicate compared with a boolean constant is a function of the predicate's own truth."""
         if value is None:
             return MATCH_NONE
-        from .evaluator import _compare
-
-        wanted = [v for v in (True, False) if _compare(op, v, value) is want]
+        wanted = [v for v in (True, False) if compare_values(op, v, value) is want]
         return _or([self.truth(b, v) for v in wanted])
 
     def access_compare(self, acc: _Access, op: str, value: Any) -> Query | None:
@@ -438,6 +441,8 @@ class _Compiler:
                 hit = {"terms": {self.f(name): terms}} if terms else MATCH_NONE
                 miss = MATCH_NONE if len(present) < len(values) else _and([self.has(acc), _not(hit)])
                 return hit if want != e.negated else miss
+        if acc is None:
+            return None  # one script evaluating the operand once, not one per item
         # x IN (a, b) is exactly x = a OR x = b, UNKNOWNs included.
         expanded: Expr = Or(tuple(Compare("=", e.arg, i, e.pos) for i in e.items), e.pos)
         return self.truth(Not(expanded, e.pos) if e.negated else expanded, want)
@@ -533,6 +538,14 @@ class _Compiler:
             return None
         hit = self.element_hit(coll, payloads)
         return _and([self.known(coll), hit if want else _not(hit)])
+
+
+def _compares_predicates(e: Expr) -> bool:
+    return any(
+        (isinstance(n, Compare) and n.left.type is T.BOOLEAN)
+        or (isinstance(n, InList) and n.arg.type is T.BOOLEAN)
+        for n in walk(e)
+    )
 
 
 def _typed_element(element: Any, xtype: SqlType) -> Any:

@@ -60,7 +60,7 @@ from .values import (
     upper_text,
 )
 
-__all__ = ["constant_value", "evaluate", "json_cast", "json_equal", "now_values"]
+__all__ = ["compare_values", "constant_value", "evaluate", "json_cast", "json_equal", "now_values"]
 
 T = SqlType
 
@@ -157,7 +157,7 @@ def _not(value: bool | None) -> bool | None:
     return None if value is None else not value
 
 
-def _compare(op: str, a: Any, b: Any) -> bool:
+def compare_values(op: str, a: Any, b: Any) -> bool:
     if op == "=":
         return bool(a == b)
     if op == "<>":
@@ -336,7 +336,7 @@ class _Evaluator:
         a, b = self.value(e.left), self.value(e.right)
         if a is None or b is None:
             return None
-        return _compare(e.op, a, b)
+        return compare_values(e.op, a, b)
 
     def v_Like(self, e: Like) -> Any:
         text, pattern = self.value(e.arg), self.value(e.pattern)

@@ -85,7 +85,7 @@ NOT, AND, OR, IS_NULL, CMP, LIKE, NUMOP, NEG, DATE_ADD, DATE_DIFF, CONCAT = (
     19,
     20,
 )
-CONV, EXTRACT, ENCODE, MEMBER, CONTAINS, OVERLAPS = 21, 22, 23, 24, 25, 26
+CONV, EXTRACT, ENCODE, MEMBER, CONTAINS, OVERLAPS, IN_LIST = 21, 22, 23, 24, 25, 26, 27
 
 # PUSH kinds
 K_NULL, K_TEXT, K_NUM, K_BOOL, K_LONG, K_SET = 0, 1, 2, 3, 4, 5
@@ -388,6 +388,21 @@ def run(def doc, String f, List prog) {
       def coll = st[sp - 1]; def x = st[sp - 2]; sp -= 2;
       if (coll == null || x == null) { st[sp] = null; } else { st[sp] = ((Set) coll).contains(x); }
       sp++;
+    } else if (op == 27) {
+      int kind = ins.get(1); int n = ins.get(2); def x = st[sp - n - 1];
+      boolean found = false; boolean sawNull = x == null;
+      for (int i = sp - n; i < sp; ++i) {
+        def y = st[i];
+        if (y == null) { sawNull = true; }
+        else if (x != null) {
+          if (kind == 0) { found = found || cmpText((String) x, (String) y) == 0; }
+          else if (kind == 1) { found = found || ((BigDecimal) x).compareTo((BigDecimal) y) == 0; }
+          else { found = found || x == y; }
+        }
+      }
+      sp -= n + 1;
+      if (found) { st[sp] = true; } else if (sawNull) { st[sp] = null; } else { st[sp] = false; }
+      sp++;
     } else if (op == 25 || op == 26) {
       def b = st[sp - 1]; def a = st[sp - 2]; sp -= 2;
       if (a == null || b == null) { st[sp] = null; }
@@ -477,8 +492,11 @@ class _Emitter:
 
     def e_Cast(self, e: Cast) -> None:
         src, target = e.arg.type, e.type
-        if src is T.JSON or (src is T.TEXT and isinstance(e.arg, Cast) and e.arg.arg.type is T.JSON):
-            inner = e.arg if src is T.JSON else e.arg.arg  # type: ignore[union-attr]
+        inner = e.arg
+        if isinstance(inner, Cast) and src is T.TEXT and inner.arg.type is T.JSON:
+            # CAST(CAST(val(p) AS TEXT) AS DATE) reads the same index entry as CAST(val(p) AS DATE)
+            inner = inner.arg
+        if inner.type is T.JSON:
             assert isinstance(inner, Val), "constant JSON is folded"
             if target is T.TEXT:
                 self.text(e, None)
@@ -596,13 +614,11 @@ class _Emitter:
             self.emit(NOT)
 
     def e_InList(self, e: InList) -> None:
+        self.value(e.arg)  # once: repeating it per item would grow nested IN lists exponentially
         for item in e.items:
-            self.value(e.arg)
             self.value(item)
-            t = e.arg.type
-            kind = C_TEXT if t is T.TEXT else C_NUM if t.is_numeric else C_BOOL if t is T.BOOLEAN else C_LONG
-            self.emit(CMP, kind, CMP_OPS["="])
-        self.emit(OR, len(e.items))
+        t = e.arg.type
+        self.emit(IN_LIST, C_TEXT if t is T.TEXT else C_NUM if t.is_numeric else C_LONG, len(e.items))
         if e.negated:
             self.emit(NOT)
 

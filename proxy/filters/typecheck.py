@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from .errors import FilterError
+from .evaluator import constant_value
 from .nodes import (
     And,
     Arith,
@@ -141,8 +142,6 @@ class _Typer:
         return Now(T.TIMESTAMP, raw.pos)
 
     def k_array(self, raw: Raw) -> Expr:
-        from .evaluator import constant_value
-
         items = []
         for item_raw in raw.args:
             item = self.expr(item_raw)
@@ -227,8 +226,6 @@ class _Typer:
         return self.cast(arg, target, raw.pos)
 
     def cast(self, arg: Expr, target: SqlType, pos: Pos) -> Expr:
-        from .evaluator import constant_value
-
         src = arg.type
         if src is T.NULL:
             return Lit(None, target, pos)
@@ -454,12 +451,14 @@ class _Typer:
             return Lit(None, T.BOOLEAN, raw.pos)
         if arg.type in (T.JSON, T.ARRAY):
             raise self.error(raw.args[0].pos, f"IN cannot test a {arg.type.value} value; CAST it first")
-        pairs = [self.unify(arg, item, r.pos, "IN") for item, r in zip(items, raw.args[1:], strict=True)]
-        if any(new_arg is not arg for new_arg, _ in pairs):
-            # Mixed DATE/TIMESTAMP items promote the left operand differently per item: spell out the OR.
-            ors = Or(tuple(Compare("=", a, i, raw.pos) for a, i in pairs), raw.pos)
-            return Not(ors, raw.pos) if raw.negated else ors
-        return InList(arg, tuple(i for _, i in pairs), raw.negated, raw.pos)
+        if arg.type is T.DATE and any(i.type is T.TIMESTAMP for i in items):
+            arg = Cast(arg, T.TIMESTAMP, arg.pos)  # promote once; DATE items then promote against it
+        typed: list[Expr] = []
+        for item, item_raw in zip(items, raw.args[1:], strict=True):
+            new_arg, new_item = self.unify(arg, item, item_raw.pos, "IN")
+            assert new_arg is arg, "only the DATE/TIMESTAMP case changes the left side, handled above"
+            typed.append(new_item)
+        return InList(arg, tuple(typed), raw.negated, raw.pos)
 
     def k_in_array(self, raw: Raw) -> Expr:
         return self.member(

@@ -155,7 +155,7 @@ def machine_info() -> dict[str, Any]:
         "free_h": _sh(["free", "-h"]),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "load_avg_at_start": os.getloadavg(),
+        "load_avg_1_5_15_min": os.getloadavg(),  # when the results were written
     }
 
 
@@ -509,6 +509,11 @@ class Proxy:
 
     async def delete_container(self, container_id: str) -> None:
         await self.json("DELETE", f"/_plugins/_ml/memory_containers/{container_id}", ok=(200, 404))
+
+    async def delete_space(self, space_id: str) -> None:
+        """GoodMem's delete: it also removes the space's GoodMem memory records, which the ml-commons
+        container delete leaves behind."""
+        await self.json("DELETE", f"/v1/spaces/{space_id}", headers=self.goodmem_headers, ok=(200, 204, 404))
 
 
 async def delete_indices(node: Node, pattern: str) -> None:

@@ -10,7 +10,7 @@ writes into its own fresh index (its own container), so every index grows alike:
 - ``opensearch_api``: ``POST …/memories/long-term/_memproxy_bulk`` (memproxy embeds, then one ``_bulk``);
 - ``goodmem_api``: ``POST /v1/memories:batchCreate``, timed until every memory's chunk is searchable.
 
-    .venv/bin/python -m scripts.bench.ingest            # 3 000 texts, batches of 100, 2 clients
+    .venv/bin/python -m scripts.bench.ingest            # 5 000 texts, batches of 100, 2 clients, 5 rounds
     .venv/bin/python -m scripts.bench.ingest --quick    # smoke run
 """
 
@@ -214,8 +214,11 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                 await run_concurrent([batch_writer(world, "embed_only", texts[:32], 0)], 1)  # load the model
                 tallies = await measure(world, texts, args)
             finally:
-                for cid in containers.values():
-                    await proxy.delete_container(cid)
+                for variant, cid in containers.items():
+                    if variant == "goodmem_api":
+                        await proxy.delete_space(cid)
+                    else:
+                        await proxy.delete_container(cid)
                 await delete_indices(node, f"{prefix}-*")
             opensearch = await node.version()
     finally:
@@ -242,10 +245,10 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default=DEFAULT_OPENSEARCH_URL, help="OpenSearch node (default $OPENSEARCH_URL)")
-    p.add_argument("--memories", type=int, default=3000, help="texts each variant writes")
+    p.add_argument("--memories", type=int, default=5000, help="texts each variant writes")
     p.add_argument("--batch", type=int, default=100, help="memories per request")
     p.add_argument("--clients", type=int, default=2, help="concurrent requests")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     p.add_argument(
         "--embed-threads",
         type=int,
