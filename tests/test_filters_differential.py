@@ -836,6 +836,17 @@ CONFORMANCE_ACCESSES = [
     "upper(CAST(val('$.s') AS TEXT))",
     "CAST(val('$.b') AS BOOLEAN)",
 ]
+
+
+def _balanced_product(factor: str, levels: int) -> str:
+    return (
+        factor
+        if levels == 0
+        else f"({_balanced_product(factor, levels - 1)} * {_balanced_product(factor, levels - 1)})"
+    )
+
+
+HUGE = _balanced_product("1e4000", 7)  # overflows (NULL) at the first product
 CONFORMANCE_PREDICATES = [
     *[f"CAST(val('$.s') AS TEXT) {op} CAST(val('$.t') AS TEXT)" for op in ["=", "<>", "<", "<=", ">", ">="]],
     "CAST(val('$.s') AS TEXT) LIKE CAST(val('$.t') AS TEXT)",
@@ -860,6 +871,18 @@ CONFORMANCE_PREDICATES = [
     "CAST(val('$.b') AS BOOLEAN) < (CAST(val('$.n') AS INTEGER) = 0)",
     "(CAST(val('$.n') AS NUMERIC) > 0) IS NULL",
     "CAST(val('$.s') AS TEXT) IN (CAST(val('$.t') AS TEXT), 'a', NULL)",
+    # DSL fallbacks: constants beyond the sortable encoding, wildcard patterns with many %, collections
+    f"CAST(val('$.n') AS NUMERIC) < {HUGE}",
+    f"CAST(val('$.n') AS INTEGER) >= -{HUGE}",
+    f"-{HUGE} IN vals('$.arr')",
+    f"CAST(val('$.n') AS NUMERIC) * {HUGE} / {HUGE} = CAST(val('$.n') AS NUMERIC)",
+    "(CAST(val('$.n') AS NUMERIC) * 1e4000 * 1e900) IS NULL",
+    "CAST(CAST(val('$.n') AS NUMERIC) * 1e4000 AS INTEGER) > 0",
+    "CAST(val('$.n') AS NUMERIC) * 1e-4700 / 1e300 IS NOT NULL",
+    "CAST(val('$.n') AS NUMERIC) / 1e-4800 > 1",
+    "CAST(val('$.s') AS TEXT) LIKE '%%%%%%%%%%%%%a%'",
+    "vals('$.arr') IS NULL",
+    "val('$.arr') IS NOT NULL",
     # the interpreter's IN_LIST: an operand that is not a plain stored view, each type
     "CAST(val('$.s') AS TEXT) || '' IN ('a', '😀', CAST(val('$.t') AS TEXT))",
     "CAST(val('$.s') AS TEXT) || '' NOT IN ('a', 'ab', NULL)",

@@ -506,6 +506,30 @@ def test_space_is_a_container_and_back(gm: Goodmem, http: httpx.Client, embedder
         gm.spaces.delete(id=cid)
 
 
+def test_container_delete_through_opensearch_api_removes_goodmem_records(
+    gm: Goodmem, http: httpx.Client, embedder_id: str, opensearch_url: str
+) -> None:
+    sp = gm.spaces.create(
+        name=f"os-delete-{uuid.uuid4().hex[:8]}", space_embedders=[{"embedder_id": embedder_id}]
+    )
+    mem = gm.memories.create(
+        space_id=sp.space_id, original_content="A record that must not outlive its space"
+    )
+
+    def records() -> int:
+        res = httpx.post(
+            f"{opensearch_url}/memproxy-goodmem-memories/_count",
+            json={"query": {"term": {"space_id": sp.space_id}}},
+        )
+        return int(res.json()["count"])
+
+    assert records() == 1
+    assert http.delete(f"/_plugins/_ml/memory_containers/{sp.space_id}").status_code == 200
+    assert records() == 0
+    with pytest.raises(gerr.NotFoundError):
+        gm.memories.get(id=mem.memory_id)
+
+
 # --- permissions ----------------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from proxy.core.lenient import as_str
 from proxy.core.query import DEFAULT_VECTOR_FIELD
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
+from proxy.store import goodmem as goodmem_docs
 from proxy.store import memories as docs
 from proxy.store.client import OpenSearchError
 from proxy.store.containers import (
@@ -559,6 +560,14 @@ async def delete_container(
             if index is not None:
                 await _purge(svc, index, container.id)
     result = await docs.delete_doc(svc.store, CONTAINER_INDEX, container_id, refresh=True)
+    # The container is also a GoodMem space, whichever API deletes it: its memory records and grants go
+    # with it, or they would linger unreachable in GoodMem's indices.
+    await goodmem_docs.delete_by_query(
+        svc.store, goodmem_docs.MEMORIES, {"term": {"space_id": container_id}}, ignore_missing=True
+    )
+    await goodmem_docs.delete_by_query(
+        svc.store, goodmem_docs.GRANTS, {"term": {"resource_id": container_id}}, ignore_missing=True
+    )
     for memory_type in dict.fromkeys(types):
         index = container.index_name(memory_type)
         if index is not None:

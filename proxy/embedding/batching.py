@@ -70,7 +70,7 @@ class _Item:
 
 def _compute(model: LoadedModel, batch: Sequence[_Item]) -> list[list[float] | None]:
     """Runs on the compute thread. Items whose caller gave up while the batch waited cost nothing."""
-    live = list(range(len(batch)))
+    live = [i for i, item in enumerate(batch) if not item.request.future.done()]
     results: list[list[float] | None] = [None] * len(batch)
     if live:
         vectors = model.embed_tokens([batch[i].ids for i in live])

@@ -42,6 +42,7 @@ from .values import (
     DIVISION,
     EXACT,
     MICROS_PER_DAY,
+    bounded,
     canonical_number,
     date_from_day,
     date_text,
@@ -312,7 +313,10 @@ class _Evaluator:
                 return None
             days = int(b)
             return date_from_day(day_number(a) + (days if e.op == "+" else -days))
-        op = e.op
+        return bounded(self.arith(e.op, e.type, a, b))
+
+    @staticmethod
+    def arith(op: str, type_: SqlType, a: Decimal, b: Decimal) -> Decimal | None:
         if op == "+":
             return EXACT.add(a, b)
         if op == "-":
@@ -322,7 +326,7 @@ class _Evaluator:
         if b.is_zero():
             return None  # PostgreSQL raises division_by_zero; here the row is UNKNOWN instead
         if op == "/":
-            return EXACT.divide_int(a, b) if e.type is T.INTEGER else DIVISION.divide(a, b)
+            return EXACT.divide_int(a, b) if type_ is T.INTEGER else DIVISION.divide(a, b)
         if op == "%":
             return EXACT.remainder(a, b)
         raise AssertionError(op)

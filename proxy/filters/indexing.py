@@ -6,8 +6,8 @@ Every JSON node of a memory's metadata is flattened to its path key (``Path.key(
 * ``p`` (indexed, no doc values): ``key`` for every node (exists(), IS NULL) and ``key NUL tag`` for every
   JSON type / typed view the node has (a CAST that can succeed);
 * ``v``: the typed values: ``s`` string, ``n`` number in an order-preserving decimal encoding (exact for
-  any precision, so range queries on the keyword compare numerically), ``N`` the same number as plain
-  text (for the painless interpreter), ``b`` boolean, ``d`` date and ``t`` timestamp (for strings that
+  any precision, so range queries on the keyword compare numerically), ``N`` the same number as exact
+  compact text (for the painless interpreter), ``b`` boolean, ``d`` date and ``t`` timestamp (for strings that
   parse as such), and bare markers ``z`` null, ``a`` array, ``o`` object;
 * ``l`` / ``u``: ``key NUL lower(string)`` / ``key NUL upper(string)``.
 
@@ -31,7 +31,7 @@ from proxy.errors import BadRequest
 from .paths import MAX_KEY_BYTES, MAX_PATH_ARRAY_STEPS, STAR, Path, Segment
 from .values import (
     EXACT,
-    canonical_number,
+    compact_number,
     json_number,
     lower_text,
     number_in_range,
@@ -141,7 +141,7 @@ def index_metadata(metadata: Any) -> dict[str, list[str]]:
             number = json_number(node)
             if number is None or not number_in_range(number):
                 raise BadRequest(f"metadata {where} is not a finite JSON number in the supported range")
-            tags += [("n", sortable_number(number)), ("N", canonical_number(number))]
+            tags += [("n", sortable_number(number)), ("N", compact_number(number))]
         elif isinstance(node, str):
             _check_text(node, where)
             if len(node.encode()) > MAX_STRING_BYTES:

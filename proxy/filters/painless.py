@@ -45,8 +45,9 @@ from .nodes import (
 from .paths import STAR, Path
 from .values import (
     MAX_DAY,
+    MAX_NUMBER_EXPONENT,
     MIN_DAY,
-    canonical_number,
+    compact_number,
     day_number,
     json_number,
     lower_text,
@@ -114,7 +115,8 @@ ELEMENT_TAG = {T.TEXT: "s", T.NUMERIC: "N", T.INTEGER: "N", T.BOOLEAN: "b", T.DA
 ENCODE_KIND = {"s": 0, "N": 1, "b": 2, "d": 3, "t": 4}
 JSON_TAGS = "sNbzao"
 
-SCRIPT_SOURCE = """
+SCRIPT_SOURCE = (
+    """
 String pfind(def dv, String prefix) {
   int n = dv.size();
   for (int i = 0; i < n; ++i) {
@@ -225,7 +227,14 @@ String fmtTime(long t, String sep, boolean key) {
   }
   return s;
 }
+def bound(BigDecimal x) {
+  if (x.signum() == 0) { return x; }
+  long adj = (long) x.precision() - x.scale() - 1;
+  if (adj > MAX_EXP || adj < -MAX_EXP) { return null; }
+  return x;
+}
 String canon(BigDecimal x) { return x.signum() == 0 ? '0' : x.stripTrailingZeros().toPlainString(); }
+String compact(BigDecimal x) { return x.signum() == 0 ? '0' : x.stripTrailingZeros().toString(); }
 def run(def doc, String f, List prog) {
   def V = doc[f + '.v'];
   def[] st = new def[prog.size() + 2];
@@ -308,13 +317,13 @@ def run(def doc, String f, List prog) {
       if (a == null || b == null) { st[sp] = null; }
       else {
         BigDecimal x = a; BigDecimal y = b;
-        if (nop == 0) { st[sp] = x.add(y); }
-        else if (nop == 1) { st[sp] = x.subtract(y); }
-        else if (nop == 2) { st[sp] = x.multiply(y); }
+        if (nop == 0) { st[sp] = bound(x.add(y)); }
+        else if (nop == 1) { st[sp] = bound(x.subtract(y)); }
+        else if (nop == 2) { st[sp] = bound(x.multiply(y)); }
         else if (y.signum() == 0) { st[sp] = null; }
-        else if (nop == 3) { st[sp] = x.divide(y, MathContext.DECIMAL128); }
-        else if (nop == 4) { st[sp] = x.divideToIntegralValue(y); }
-        else { st[sp] = x.remainder(y); }
+        else if (nop == 3) { st[sp] = bound(x.divide(y, MathContext.DECIMAL128)); }
+        else if (nop == 4) { st[sp] = bound(x.divideToIntegralValue(y)); }
+        else { st[sp] = bound(x.remainder(y)); }
       }
       sp++;
     } else if (op == 17) {
@@ -341,7 +350,7 @@ def run(def doc, String f, List prog) {
     } else if (op == 21) {
       def x = st[sp - 1]; int cv = ins.get(1);
       if (x != null) {
-        if (cv == 0) { st[sp - 1] = ((BigDecimal) x).setScale(0, RoundingMode.HALF_UP); }
+        if (cv == 0) { st[sp - 1] = bound(((BigDecimal) x).setScale(0, RoundingMode.HALF_UP)); }
         else if (cv == 1) { st[sp - 1] = canon((BigDecimal) x); }
         else if (cv == 2) { st[sp - 1] = ((BigDecimal) x).signum() != 0; }
         else if (cv == 3) { st[sp - 1] = (boolean) x ? 'true' : 'false'; }
@@ -379,7 +388,7 @@ def run(def doc, String f, List prog) {
       def x = st[sp - 1]; int ek = ins.get(1);
       if (x != null) {
         if (ek == 0) { st[sp - 1] = 's' + x; }
-        else if (ek == 1) { st[sp - 1] = 'N' + canon((BigDecimal) x); }
+        else if (ek == 1) { st[sp - 1] = 'N' + compact((BigDecimal) x); }
         else if (ek == 2) { st[sp - 1] = (boolean) x ? 'b1' : 'b0'; }
         else if (ek == 3) { st[sp - 1] = 'd' + fmtDate((long) x); }
         else { st[sp - 1] = 't' + fmtTime((long) x, 'T', true); }
@@ -418,7 +427,10 @@ def run(def doc, String f, List prog) {
 }
 def r = run(doc, params.f, params.prog);
 return r != null && r == params.want;
-""".replace("MIN_DAY", f"{MIN_DAY}L").replace("MAX_DAY", f"{MAX_DAY}L")
+""".replace("MIN_DAY", f"{MIN_DAY}L")
+    .replace("MAX_DAY", f"{MAX_DAY}L")
+    .replace("MAX_EXP", str(MAX_NUMBER_EXPONENT))
+)
 
 Program = list[list[Any]]
 
@@ -442,7 +454,7 @@ class _Emitter:
         elif type_ is T.TEXT:
             self.emit(PUSH, K_TEXT, value)
         elif type_.is_numeric:
-            self.emit(PUSH, K_NUM, canonical_number(value))
+            self.emit(PUSH, K_NUM, compact_number(value))
         elif type_ is T.BOOLEAN:
             self.emit(PUSH, K_BOOL, bool(value))
         elif type_ is T.DATE:
@@ -683,7 +695,7 @@ def _encode_element(value: Any, tags: str) -> str | None:
         return None
     number = json_number(value)
     if number is not None and "N" in tags:
-        return "N" + canonical_number(number)
+        return "N" + compact_number(number)
     return None
 
 

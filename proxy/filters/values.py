@@ -39,9 +39,11 @@ MAX_DAY = dt.date.max.toordinal() - EPOCH_ORDINAL
 MIN_MICROS = MIN_DAY * MICROS_PER_DAY
 MAX_MICROS = (MAX_DAY + 1) * MICROS_PER_DAY - 1
 
-# Literal and metadata numbers beyond these bounds are refused rather than approximated.
-MAX_NUMBER_DIGITS = 5000
-MAX_NUMBER_EXPONENT = 100_000
+# Literal and metadata numbers beyond these bounds are refused rather than approximated. The painless
+# interpreter parses each number it reads once per document (BigDecimal parsing is quadratic in the digits)
+# and CAST(... AS TEXT) writes numbers out in full, so both bounds are about per-document cost.
+MAX_NUMBER_DIGITS = 1000
+MAX_NUMBER_EXPONENT = 5000
 
 
 def json_number(value: Any) -> Decimal | None:
@@ -72,9 +74,29 @@ def canonical_number(value: Decimal) -> str:
     return format(value.normalize(EXACT), "f")
 
 
-def round_half_up(value: Decimal) -> Decimal:
+def compact_number(value: Decimal) -> str:
+    """Canonical exact text of a number that stays short for huge exponents (1E+5000): Python's
+    to-scientific-string of the normalized value, which is character for character what Java prints for
+    ``stripTrailingZeros().toString()`` (both switch to exponent form when the exponent is positive or the
+    adjusted exponent is below -6). Collection elements compare by this text."""
+    if value.is_zero():
+        return "0"
+    return str(value.normalize(EXACT))
+
+
+def bounded(value: Decimal | None) -> Decimal | None:
+    """Numeric overflow is NULL: a result whose decimal exponent leaves +-MAX_NUMBER_EXPONENT is UNKNOWN
+    (PostgreSQL raises an error beyond its own, larger numeric range). Without a bound, a filter such as
+    CAST(x AS INTEGER) over x * 1e4000 * 1e4000 would make the painless interpreter materialise
+    million-digit integers for every document."""
+    if value is None or value.is_zero() or abs(value.adjusted()) <= MAX_NUMBER_EXPONENT:
+        return value
+    return None
+
+
+def round_half_up(value: Decimal) -> Decimal | None:
     """CAST(... AS INTEGER): PostgreSQL rounds numeric to integer half away from zero."""
-    return value.to_integral_value(rounding=ROUND_HALF_UP, context=EXACT)
+    return bounded(value.to_integral_value(rounding=ROUND_HALF_UP, context=EXACT))
 
 
 def number_in_range(value: Decimal) -> bool:

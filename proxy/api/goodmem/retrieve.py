@@ -489,6 +489,10 @@ async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | Non
             return task.result()
         _log_disconnect(request)
         return None
+    except asyncio.CancelledError:
+        # aiohttp's handler_cancellation got there first: the client is gone all the same.
+        _log_disconnect(request)
+        raise
     finally:
         watcher.cancel()
         if not task.done():

@@ -366,10 +366,8 @@ async def update_space(svc: Svc, principal: Principal, space_id: str, body: Mapp
 
 
 async def delete_space(svc: Svc, principal: Principal, space_id: str) -> None:
-    """Cascade: memory records, chunks (the container's long-term documents), grants, then the container."""
+    """Cascade: chunks (long-term documents), then the container with its records and grants."""
     container = await read_space(svc, principal, space_id, "DELETE_SPACE")
-    await gstore.delete_by_query(svc.store, gstore.MEMORIES, {"term": {"space_id": container.id}})
-    await gstore.delete_by_query(svc.store, gstore.GRANTS, {"term": {"resource_id": container.id}})
     try:
         await delete_container(svc, container.id, purge_memories=True)
     except NotFound:
