@@ -1,7 +1,7 @@
 """Benchmark: memproxy's embedding engine against sentence-transformers, same model, same texts, one run.
 
-    .venv/bin/python scripts/bench_embed.py            # about 3 minutes on 2 cores
-    .venv/bin/python scripts/bench_embed.py --quick    # about 30 s
+    .venv/bin/python scripts/bench_embed.py            # about 3 minutes on 2 cores (more when busy)
+    .venv/bin/python scripts/bench_embed.py --quick    # about 30-45 s
 
 Two corpora, generated deterministically: short memories (8-40 words) and passages (~150 tokens).
 Baseline: ``SentenceTransformer.encode`` over the whole corpus at several batch sizes (its best one counts)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -22,13 +21,6 @@ with warnings.catch_warnings():
     from goodmem_client import models as gm_models
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _filters_available() -> bool:
-    try:
-        return hasattr(importlib.import_module("proxy.filters"), "parse_filter")
-    except ImportError:
-        return False
 
 
 # --- fixtures -------------------------------------------------------------------------------------
@@ -396,13 +388,8 @@ def test_batch_list_filter_delete(gm: Goodmem, embedder_id: str) -> None:
             gm.memories.list(space_id=sp.space_id, status_filter="PENDING")
         )
         expr = "lower(CAST(val('$.city') AS TEXT)) = 'manila'"
-        if _filters_available():
-            manila = {m.memory_id for m in gm.memories.list(space_id=sp.space_id, filter=expr)}
-            assert manila == {ids[0], ids[2]}
-        else:
-            with pytest.raises(gerr.BadRequestError) as err:
-                gm.memories.list(space_id=sp.space_id, filter=expr)
-            assert "filter" in str(err.value.body)
+        manila = {m.memory_id for m in gm.memories.list(space_id=sp.space_id, filter=expr)}
+        assert manila == {ids[0], ids[2]}
         got = gm.memories.batch_get(memory_ids=[ids[1], str(uuid.uuid4())])
         assert got.results[0].success and not got.results[1].success and got.results[1].error.code == 404
         deleted = gm.memories.batch_delete(

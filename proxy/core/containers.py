@@ -28,6 +28,7 @@ from proxy.core.lenient import as_str
 from proxy.core.query import DEFAULT_VECTOR_FIELD
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
+from proxy.filters import render_metadata_mapping
 from proxy.store import goodmem as goodmem_docs
 from proxy.store import memories as docs
 from proxy.store.client import OpenSearchError
@@ -220,18 +221,8 @@ def _embedder_dimension(
 
 
 def _metadata_parts() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(mapping of ``metadata_index``, extra index settings) from the filters room, when it provides them."""
-    try:
-        from proxy import filters
-    except ImportError:
-        return None, None
-    render = getattr(filters, "render_metadata_mapping", None)
-    if render is None:
-        return None, None
-    rendered = render()
-    if isinstance(rendered, Mapping) and "mapping" in rendered:
-        return rendered.get("mapping"), rendered.get("settings")
-    return (dict(rendered) if rendered else None), None
+    """(mapping of ``metadata_index``, extra index settings): the filters room needs no index settings."""
+    return render_metadata_mapping(), None
 
 
 def _index_settings(container: Container, memory_type: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from proxy.core.containers import Container
 from proxy.core.query import Filter, Terms, all_of
 from proxy.core.services import Services
 from proxy.errors import BadRequest
+from proxy.filters import index_metadata
 from proxy.store import memories as docs
 from proxy.store.client import OpenSearchError
 from proxy.store.query_dsl import compile_filter, container_term
@@ -69,16 +70,6 @@ def long_term_index(container: Container) -> str:
     return index
 
 
-def _metadata_index(metadata: Mapping[str, Any]) -> Any:
-    """The typed, flattened form GoodMem filters query (absent until the filters room provides it)."""
-    try:
-        from proxy import filters
-    except ImportError:
-        return None
-    index_metadata = getattr(filters, "index_metadata", None)
-    return index_metadata(metadata) if index_metadata is not None else None
-
-
 async def embed_texts(
     svc: Services, container: Container, texts: Sequence[str]
 ) -> dict[str, list[list[float]]]:
@@ -117,7 +108,7 @@ def _document(container: Container, m: LongTermMemory, now: int) -> dict[str, An
             doc[key] = getattr(m, key)
     if m.metadata is not None:
         doc["metadata"] = m.metadata
-        indexed = _metadata_index(m.metadata)
+        indexed = index_metadata(m.metadata)
         if indexed is not None:
             doc["metadata_index"] = indexed
     return doc

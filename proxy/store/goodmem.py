@@ -9,7 +9,6 @@ applies to an index created by an older proxy). Every write that a later read mu
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import weakref
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from proxy.errors import Conflict
+from proxy.filters import render_metadata_mapping
 from proxy.store.client import OpenSearchError, Store
 from proxy.store.templates import render_index_body
 
@@ -59,27 +59,10 @@ _ensured: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary
 _locks: weakref.WeakKeyDictionary[Store, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-def _metadata_parts() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The ``metadata_index`` mapping (and index settings) from proxy.filters, when that package is present.
-
-    Same reading as ``proxy.core.containers`` does for long-term indices, so records and chunks agree.
-    """
-    try:
-        filters = importlib.import_module("proxy.filters")
-    except ImportError:
-        return None, None
-    render = getattr(filters, "render_metadata_mapping", None)
-    if render is None:
-        return None, None
-    rendered = render()
-    if isinstance(rendered, Mapping) and "mapping" in rendered:
-        return rendered.get("mapping"), rendered.get("settings")
-    return (dict(rendered) if rendered else None), None
-
-
 def _body(index: str) -> dict[str, Any]:
-    mapping, settings = _metadata_parts() if index == MEMORIES else (None, None)
-    return render_index_body(_TEMPLATES[index], metadata_mapping=mapping, metadata_settings=settings)
+    # Memory records carry the same filterable ``metadata_index`` as chunks, so list filters match retrieve's.
+    mapping = render_metadata_mapping() if index == MEMORIES else None
+    return render_index_body(_TEMPLATES[index], metadata_mapping=mapping)
 
 
 async def ensure_index(store: Store, index: str) -> None:

@@ -6,25 +6,22 @@ forwarded to OpenSearch.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
 from aiohttp import web
 
-from proxy.api.goodmem import access, apikeys, embedders, memories, models_stub, spaces, system, users
+from proxy.api.goodmem import (
+    access,
+    apikeys,
+    embedders,
+    memories,
+    models_stub,
+    retrieve,
+    spaces,
+    system,
+    users,
+)
 from proxy.errors import NotFound
 
 __all__ = ["route_tables", "setup"]
-
-
-def _retrieve_routes() -> list[web.RouteTableDef]:
-    # >>> RETRIEVE: proxy/api/goodmem/retrieve.py (the retrieve helper's module) defines `routes`, a
-    # web.RouteTableDef for GET/POST /v1/memories:retrieve; it is mounted here, before the /v1 catch-all.
-    # Import errors inside that module are real errors and propagate.
-    if importlib.util.find_spec("proxy.api.goodmem.retrieve") is None:
-        return []
-    module = importlib.import_module("proxy.api.goodmem.retrieve")
-    return [module.routes]
 
 
 def route_tables() -> list[web.RouteTableDef]:
@@ -35,7 +32,7 @@ def route_tables() -> list[web.RouteTableDef]:
         users.routes,
         embedders.routes,
         models_stub.routes,
-        *_retrieve_routes(),
+        retrieve.routes,
         memories.routes,
         spaces.routes,
         access.routes,

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.core.query import Filter, MatchAll, MetadataFilter, Terms, VectorSearch
 from proxy.errors import BadRequest, DeadlineExceeded, MemproxyError
+from proxy.filters import parse_filter
+from proxy.store.query_dsl import compile_filter
 
 if TYPE_CHECKING:
     from proxy.core.containers import Container
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAT_POST_PROCESSOR",
     "DEFAULT_REQUESTED_SIZE",
-    "FILTERS_UNAVAILABLE",
     "ITERATIVE_SCAN_MODES",
     "LOAD_BATCH",
     "MAX_MESSAGE_CHARS",
@@ -585,8 +586,6 @@ async def retrieval_events(
 # Planning phase (before the first byte)
 # --------------------------------------------------------------------------------------------------------
 
-FILTERS_UNAVAILABLE = "Metadata filters are not available in this build yet; the request was not run"
-
 
 def parse_space_filter(text: str, where: str) -> Filter:
     """A GoodMem filter expression → ``MetadataFilter`` (400 with the parser's message on a bad one).
@@ -594,12 +593,6 @@ def parse_space_filter(text: str, where: str) -> Filter:
     The expression is also compiled here, so an expression the compiler cannot express fails before any
     embedding or search rather than halfway through the spaces.
     """
-    try:
-        from proxy.filters import parse_filter
-    except ImportError:
-        raise BadRequest(FILTERS_UNAVAILABLE) from None
-    from proxy.store.query_dsl import compile_filter
-
     try:
         expr = parse_filter(text)
         parsed = MetadataFilter(expr)
