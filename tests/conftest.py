@@ -19,6 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.opensearch_memory_fixtures"]
+
 
 def _docker_answers() -> bool:
     try:

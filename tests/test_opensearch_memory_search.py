@@ -20,9 +20,7 @@ from tests.opensearch_memory_helpers import (
     EMBEDDING,
     MC,
     call,
-    make_client,
     new_prefix,
-    proxy_under_test,
 )
 
 QUERY = "What does the user like to drink in the morning?"
@@ -62,18 +60,6 @@ class Corpus:
     query_vector: np.ndarray
     vectors: dict[str, np.ndarray]
     sources: dict[str, dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def memproxy_url(request: pytest.FixtureRequest) -> str:
-    return proxy_under_test(request)
-
-
-@pytest.fixture(scope="module")
-def client(memproxy_url: str) -> Iterator[OpenSearch]:
-    c = make_client(memproxy_url)
-    yield c
-    c.close()
 
 
 @pytest.fixture(scope="module")

@@ -156,22 +156,21 @@ async def batch_create(request: web.Request) -> web.Response:
     else:
         body = await json_body(request)
     items = await core.batch_create_memories(services(request), who, body)
-    out: list[dict[str, Any]] = []
-    for item in items:
-        if item.record is not None:
-            out.append(
-                {
-                    "success": True,
-                    "memoryId": item.record.memory_id,
-                    "memory": core.memory_json(item.record, False),
-                }
-            )
-        else:
-            entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
-            if item.memory_id:
-                entry["memoryId"] = item.memory_id
-            out.append(entry)
-    return _batch_reply(out)
+    return _batch_reply([_batch_entry(item, include_content=False) for item in items])
+
+
+def _batch_entry(item: core.ItemResult, *, include_content: bool) -> dict[str, Any]:
+    """One result of batchCreate / batchGet: the memory on success, the error otherwise."""
+    if item.record is not None:
+        return {
+            "success": True,
+            "memoryId": item.record.memory_id,
+            "memory": core.memory_json(item.record, include_content),
+        }
+    entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
+    if item.memory_id:
+        entry["memoryId"] = item.memory_id
+    return entry
 
 
 @routes.post("/v1/memories:batchGet")
@@ -180,22 +179,7 @@ async def batch_get(request: web.Request) -> web.Response:
     body = await json_body(request)
     include = bool(body.get("includeContent", False))
     items = await core.batch_get_memories(services(request), who, body.get("memoryIds"))
-    out: list[dict[str, Any]] = []
-    for item in items:
-        if item.record is not None:
-            out.append(
-                {
-                    "success": True,
-                    "memoryId": item.record.memory_id,
-                    "memory": core.memory_json(item.record, include),
-                }
-            )
-        else:
-            entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
-            if item.memory_id:
-                entry["memoryId"] = item.memory_id
-            out.append(entry)
-    return _batch_reply(out)
+    return _batch_reply([_batch_entry(item, include_content=include) for item in items])
 
 
 @routes.post("/v1/memories:batchDelete")
