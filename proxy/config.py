@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = ["Settings", "parse_settings"]
@@ -33,7 +33,6 @@ class Settings:
     embed_max_batch_tokens: int = 16384
     embed_max_queue: int = 1024
     log_level: str = "INFO"
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def masked(self) -> dict[str, Any]:
         """The settings as JSON, secrets masked (shown by ``GET /_memproxy/health``)."""

@@ -220,11 +220,6 @@ def _embedder_dimension(
     return str(embedder.info.id), int(embedder.info.dimension)
 
 
-def _metadata_parts() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(mapping of ``metadata_index``, extra index settings): the filters room needs no index settings."""
-    return render_metadata_mapping(), None
-
-
 def _index_settings(container: Container, memory_type: str) -> dict[str, Any]:
     raw = (container.configuration.get("index_settings") or {}).get(_INDEX_SETTINGS_KEY[memory_type]) or {}
     settings = dict(raw) if isinstance(raw, Mapping) else {}
@@ -310,8 +305,8 @@ async def _complete_long_term_mapping(svc: Services, container: Container, meta:
     fields of a space's extra embedders, and ``metadata_index`` if the index predates the filters room."""
     dims = meta.get("knn_dimensions") or {}
     missing = [spec for spec in _vector_specs(svc, container) if spec["name"] not in dims]
-    meta_mapping, _ = _metadata_parts()
-    add_metadata = meta_mapping is not None and "metadata_index" not in (meta.get("properties") or [])
+    meta_mapping = render_metadata_mapping()
+    add_metadata = "metadata_index" not in (meta.get("properties") or [])
     if not missing and not add_metadata:
         return
     body = render_memory_index("long-term", vector_fields=missing, metadata_mapping=meta_mapping)
@@ -324,7 +319,7 @@ async def _complete_long_term_mapping(svc: Services, container: Container, meta:
 
 
 async def _create_memory_indices(svc: Services, container: Container, types: Sequence[str]) -> None:
-    meta_mapping, meta_settings = _metadata_parts()
+    meta_mapping = render_metadata_mapping()
     for memory_type in types:
         index = container.index_name(memory_type)
         if index is None:
@@ -335,7 +330,6 @@ async def _create_memory_indices(svc: Services, container: Container, types: Seq
                 vector_fields=_vector_specs(svc, container),
                 meta={EMBEDDING_META_KEY: _embedding_meta(svc, container)},
                 metadata_mapping=meta_mapping,
-                metadata_settings=meta_settings,
             )
         await create_index(svc.store, index, render_memory_index(memory_type, **kwargs))
 

@@ -97,14 +97,12 @@ def render_memory_index(
     vector_fields: Sequence[Mapping[str, Any]] = (),
     meta: Mapping[str, Any] | None = None,
     metadata_mapping: Mapping[str, Any] | None = None,
-    metadata_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     body = render_index_body(
         _TEMPLATE_OF[memory_type],
         vector_fields=vector_fields,
         index_settings=index_settings,
         metadata_mapping=metadata_mapping if memory_type == "long-term" else None,
-        metadata_settings=metadata_settings if memory_type == "long-term" else None,
     )
     if meta:
         body.setdefault("mappings", {}).setdefault("_meta", {}).update(meta)

@@ -33,14 +33,12 @@ def render_index_body(
     vector_fields: Sequence[Mapping[str, Any]] = (),
     index_settings: Mapping[str, Any] | None = None,
     metadata_mapping: Mapping[str, Any] | None = None,
-    metadata_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Render ``index_templates/<kind>.json.j2`` into an index-creation body."""
     text = _env.get_template(f"{kind}.json.j2").render(
         vector_fields=list(vector_fields),
         index_settings=_flat_index_settings(index_settings or {}),
         metadata_mapping=metadata_mapping,
-        metadata_settings=metadata_settings,
     )
     body: dict[str, Any] = json.loads(text)
     return body
