@@ -17,8 +17,9 @@ from proxy.api.errors import error_middleware
 from proxy.api.passthrough import passthrough
 from proxy.app_keys import EMBEDDERS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
+from proxy.core.cache import Caches
 from proxy.core.services import Services
-from proxy.embedding import EmbedderRegistry, EmbedderSpec, EngineOptions
+from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.store.client import Store
 
 __all__ = ["make_app"]
@@ -41,14 +42,7 @@ async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
         EmbedderSpec(id=i.split("=", 1)[0].strip(), path=i.split("=", 1)[1].strip())
         for i in settings.embedders
     ]
-    options = EngineOptions(
-        device=settings.embed_device,
-        dtype=settings.embed_dtype,
-        threads=settings.embed_threads,
-        max_batch_tokens=settings.embed_max_batch_tokens,
-        max_queue=settings.embed_max_queue,
-    )
-    registry = EmbedderRegistry.from_specs(specs, options)
+    registry = EmbedderRegistry.from_specs(specs, settings.engine_options())
     await registry.start()
     app[EMBEDDERS] = registry
     for info in registry.infos():
@@ -60,7 +54,9 @@ async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[SERVICES] = Services(store=app[STORE], embedders=app[EMBEDDERS])
+    app[SERVICES] = Services(
+        store=app[STORE], embedders=app[EMBEDDERS], caches=Caches.with_ttl(app[SETTINGS].cache_ttl_s)
+    )
     yield
 
 

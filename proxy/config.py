@@ -6,7 +6,10 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.embedding.config import EngineOptions
 
 __all__ = ["Settings", "parse_settings"]
 
@@ -31,8 +34,24 @@ class Settings:
     embed_dtype: str = "auto"
     embed_threads: int | None = None
     embed_max_batch_tokens: int = 16384
+    embed_max_batch_size: int | None = None  # None: by device (32 texts on CPU, 256 on GPU)
     embed_max_queue: int = 1024
+    # Seconds a search may reuse a container document, API key or grant answer it read (0: never).
+    cache_ttl_s: float = 2.0
     log_level: str = "INFO"
+
+    def engine_options(self) -> EngineOptions:
+        """The embedding engine's options (the proxy's, and the benchmarks' in-process baseline's)."""
+        from proxy.embedding.config import EngineOptions  # the package imports torch: only when asked
+
+        return EngineOptions(
+            device=self.embed_device,
+            dtype=self.embed_dtype,
+            threads=self.embed_threads,
+            max_batch_tokens=self.embed_max_batch_tokens,
+            max_batch_size=self.embed_max_batch_size,
+            max_queue=self.embed_max_queue,
+        )
 
     def masked(self) -> dict[str, Any]:
         """The settings as JSON, secrets masked (shown by ``GET /_memproxy/health``)."""
@@ -60,7 +79,19 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ("embed-dtype", "MEMPROXY_EMBED_DTYPE", str, "auto | float32 | bfloat16 | float16"),
     ("embed-threads", "MEMPROXY_EMBED_THREADS", int, "torch intra-op threads (default: torch's)"),
     ("embed-max-batch-tokens", "MEMPROXY_EMBED_MAX_BATCH_TOKENS", int, "padded tokens per model batch"),
+    (
+        "embed-max-batch-size",
+        "MEMPROXY_EMBED_MAX_BATCH_SIZE",
+        int,
+        "texts per model batch (default by device)",
+    ),
     ("embed-max-queue", "MEMPROXY_EMBED_MAX_QUEUE", int, "queued texts before refusing with 429"),
+    (
+        "cache-ttl-s",
+        "MEMPROXY_CACHE_TTL_S",
+        float,
+        "seconds a read container or API key is reused (0: off)",
+    ),
     ("log-level", "MEMPROXY_LOG_LEVEL", str, "DEBUG | INFO | WARNING | ERROR"),
 ]
 
@@ -120,6 +151,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         if "=" not in entry:
             raise SystemExit(f"memproxy: --embedder expects ID=PATH, got {entry!r}")
     values["embedders"] = tuple(e.strip() for e in embedders)
+    if values.get("cache_ttl_s", 0.0) < 0:
+        raise SystemExit("memproxy: --cache-ttl-s must be 0 or more")
     if "opensearch_url" in values:
         values["opensearch_url"] = values["opensearch_url"].rstrip("/")
     return Settings(**values)

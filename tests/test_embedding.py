@@ -317,7 +317,35 @@ async def test_close_fails_waiting_callers_instead_of_hanging(fp32: Embedder, po
         gate.open()
 
 
+def test_batch_size_defaults_by_device() -> None:
+    assert EngineOptions().batch_size_for("cpu") == 32
+    assert EngineOptions().batch_size_for("cuda:0") == 256
+    assert EngineOptions(max_batch_size=7).batch_size_for("cpu") == 7
+    with pytest.raises(ValueError):
+        EngineOptions(max_batch_size=0)
+
+
 @async_test
+async def test_small_batches_let_the_first_writer_finish_first(fp32: Embedder, pools: Pools) -> None:
+    """Two callers of 100 texts each, queued together: on CPU (32-text batches) the first gets its vectors
+    while the second's texts still wait, so its next step (a ``_bulk``) overlaps the second's embedding.
+    One 256-text batch would finish both at the same moment."""
+    embedder = _small_embedder(fp32, pools, max_queue=1024)
+    gate = Gate(pools[0])
+    try:
+        first = asyncio.create_task(embedder.embed([f"first writer, memory {i}" for i in range(100)]))
+        second = asyncio.create_task(embedder.embed([f"second writer, memory {i}" for i in range(100)]))
+        await _until(lambda: embedder.queued == 200)
+        gate.open()
+        await first
+        assert not second.done() and embedder.queued > 0
+        assert len(await second) == 100
+        assert embedder.batches_run == 7  # ceil(200 / 32)
+    finally:
+        gate.open()
+        await embedder.close()
+
+
 async def test_bad_inputs(fp32: Embedder) -> None:
     assert await fp32.embed([]) == []
     with pytest.raises(TypeError):

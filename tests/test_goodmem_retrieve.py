@@ -6,13 +6,11 @@ weights) for every ``relevanceScore``, and a brute-force ranking of all of a spa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -21,6 +19,8 @@ from goodmem import Goodmem
 from goodmem.errors import BadRequestError, NotFoundError, PermissionDeniedError
 from goodmem.models.retrieve_memory_event import RetrieveMemoryEvent
 from opensearchpy import OpenSearch
+
+from tests.goodmem_helpers import root_api_key
 
 with warnings.catch_warnings():  # goodmem-client announces its own deprecation on import
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -60,33 +60,6 @@ SMALL_CHUNKS = {
 # --- fixtures ---------------------------------------------------------------------------------------------
 
 
-def _root_key(proxy_url: str, opensearch_url: str) -> str:
-    """The root key from ``/v1/system/init``; on a node initialised earlier, a fresh key for the root user."""
-    body = httpx.post(proxy_url + "/v1/system/init", timeout=30).json()
-    if body.get("rootApiKey"):
-        return str(body["rootApiKey"])
-    from proxy.config import Settings
-    from proxy.core.goodmem.apikeys import issue_key
-    from proxy.store.client import Store
-
-    root = OpenSearch(hosts=[opensearch_url]).get(index="memproxy-goodmem-system", id="instance")["_source"]
-
-    async def mint() -> str:
-        store = Store(Settings(opensearch_url=opensearch_url))
-        try:
-            issued = await issue_key(
-                SimpleNamespace(store=store, embedders=None),
-                user_id=root["root_user_id"],
-                actor_id=root["root_user_id"],
-                labels={"purpose": "retrieve-tests"},
-            )
-            return issued.raw_key
-        finally:
-            await store.close()
-
-    return asyncio.run(mint())
-
-
 @dataclass
 class World:
     url: str
@@ -102,7 +75,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(proxy_url: str, opensearch_url: str) -> Iterator[World]:
-    key = _root_key(proxy_url, opensearch_url)
+    key = root_api_key(proxy_url, opensearch_url)
     gm = Goodmem(base_url=proxy_url, api_key=key)
     embedder = gm.embedders.list()[0].embedder_id
     tag = uuid.uuid4().hex[:8]

@@ -52,6 +52,7 @@ __all__ = [
     "create_container",
     "delete_container",
     "get_container",
+    "get_container_cached",
     "list_containers",
     "parse_memory_type",
     "search_containers",
@@ -424,6 +425,11 @@ async def get_container(svc: Services, container_id: str) -> Container:
     )
 
 
+async def get_container_cached(svc: Services, container_id: str) -> Container:
+    """``get_container`` through the short-lived read cache, for the search paths only (see core.cache)."""
+    return await svc.caches.containers.get(container_id, lambda: get_container(svc, container_id))
+
+
 def _quote(part: str) -> str:
     from urllib.parse import quote
 
@@ -467,6 +473,7 @@ async def update_container(
             if exc.status == 409 and attempt + 1 < _UPDATE_ATTEMPTS:
                 continue
             raise
+        svc.caches.containers.invalidate(container_id)
         return replace(
             updated, seq_no=result.get("_seq_no"), primary_term=result.get("_primary_term")
         ), result
@@ -545,6 +552,8 @@ async def delete_container(
             if index is not None:
                 await _purge(svc, index, container.id)
     result = await docs.delete_doc(svc.store, CONTAINER_INDEX, container_id, refresh=True)
+    svc.caches.containers.invalidate(container_id)
+    svc.caches.access_changed()
     # The container is also a GoodMem space, whichever API deletes it: its memory records and grants go
     # with it, or they would linger unreachable in GoodMem's indices.
     await goodmem_docs.delete_by_query(

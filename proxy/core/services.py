@@ -1,10 +1,11 @@
-"""What every core operation needs: the store and the embedders."""
+"""What every core operation needs: the store, the embedders and the read caches."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from proxy.core.cache import Caches
 from proxy.store.client import Store
 
 if TYPE_CHECKING:  # the embedding room imports torch; pure core code must not pay for that
@@ -17,3 +18,4 @@ __all__ = ["Services"]
 class Services:
     store: Store
     embedders: EmbedderRegistry
+    caches: Caches = field(default_factory=Caches.with_ttl)

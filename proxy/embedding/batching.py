@@ -105,7 +105,7 @@ class Embedder:
         self._compute = compute
         self._tokenize_pool = tokenize
         self._max_batch_tokens = options.max_batch_tokens
-        self._max_batch_size = options.max_batch_size
+        self._max_batch_size = options.batch_size_for(model.device)
         self._max_queue = options.max_queue
         self._queue: deque[_Item] = deque()
         self._queued = 0

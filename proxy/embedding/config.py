@@ -24,6 +24,8 @@ def embedder_id_for(name: str) -> str:
 DEFAULT_EMBEDDER_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_ID = embedder_id_for(DEFAULT_EMBEDDER_NAME)
 DEFAULT_EMBEDDER_ALIAS = "all-minilm-l6-v2"
+CPU_MAX_BATCH_SIZE = 32
+ACCELERATOR_MAX_BATCH_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class EngineOptions:
     ``float32`` (the reference), ``bfloat16``, ``float16``.
     ``threads``: torch intra-op threads for model work; ``None`` keeps torch's default (physical cores).
     ``max_batch_tokens``: padded-token budget of one batch (texts x longest text).
-    ``max_batch_size``: most texts in one batch, whatever their length.
+    ``max_batch_size``: most texts in one batch, whatever their length; ``None`` picks by device (see
+    ``batch_size_for``).
     ``max_queue``: most texts waiting per embedder; more are refused at once with EmbedderOverloaded.
     ``pad_to_multiple``: round each forward's sequence length up to this, so the kernels see few shapes.
     ``warmup``: run a few batches at start-up so the first callers do not pay for kernel set-up.
@@ -69,7 +72,7 @@ class EngineOptions:
     dtype: str = "auto"
     threads: int | None = None
     max_batch_tokens: int = 16384
-    max_batch_size: int = 256
+    max_batch_size: int | None = None
     max_queue: int = 1024
     pad_to_multiple: int = 8
     warmup: bool = True
@@ -78,5 +81,17 @@ class EngineOptions:
         if self.threads is not None and self.threads < 1:
             raise ValueError("threads must be >= 1")
         for name in ("max_batch_tokens", "max_batch_size", "max_queue", "pad_to_multiple"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+
+    def batch_size_for(self, device: object) -> int:
+        """``max_batch_size``, or the device's default: 32 texts on a CPU, 256 on an accelerator.
+
+        A CPU forward is compute-bound already at a few dozen texts (throughput measured flat from 16 to
+        256 texts per batch here), while one big batch makes every concurrent caller finish at the same
+        moment: two writers then embed together and index together, and the model idles while they index.
+        Small batches let one request's ``_bulk`` overlap the next one's embedding. A GPU wants big batches.
+        """
+        if self.max_batch_size is not None:
+            return self.max_batch_size
+        return CPU_MAX_BATCH_SIZE if str(device).startswith("cpu") else ACCELERATOR_MAX_BATCH_SIZE

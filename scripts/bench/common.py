@@ -6,6 +6,7 @@ time-stamped copy. Nothing here fakes or extrapolates a number: a phase that did
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -449,9 +450,35 @@ async def goodmem_key(proxy_url: str, opensearch_url: str) -> str:
         await store.close()
 
 
-def embed_args(threads: int | None) -> list[str]:
+def add_embed_options(parser: argparse.ArgumentParser) -> None:
+    """Embedding settings given alike to the proxy and to the in-process baseline."""
+    parser.add_argument(
+        "--embed-threads",
+        type=int,
+        default=None,
+        help="torch threads of the proxy's and the baseline's embedder alike (default: torch's)",
+    )
+    parser.add_argument(
+        "--embed-max-batch-size",
+        type=int,
+        default=None,
+        help="texts per model batch, proxy and baseline alike (default: memproxy's, by device)",
+    )
+
+
+def embed_settings(args: argparse.Namespace) -> Any:
+    """The in-process baseline's settings (``proxy.config.Settings``)."""
+    from proxy.config import Settings
+
+    return Settings(embed_threads=args.embed_threads, embed_max_batch_size=args.embed_max_batch_size)
+
+
+def embed_args(args: argparse.Namespace) -> list[str]:
     """Proxy flags that give its embedder the settings the in-process baseline gets."""
-    return [] if threads is None else ["--embed-threads", str(threads)]
+    flags = [] if args.embed_threads is None else ["--embed-threads", str(args.embed_threads)]
+    if args.embed_max_batch_size is not None:
+        flags += ["--embed-max-batch-size", str(args.embed_max_batch_size)]
+    return flags
 
 
 class Proxy:
@@ -527,16 +554,8 @@ async def start_embedders(settings: Any = None) -> Any:
     """memproxy's embedding engine in this process, built from the same settings as the proxy's
     (``proxy.app``'s defaults): the "embedder alone" baseline. ``await registry.close()`` when done."""
     from proxy.config import Settings
-    from proxy.embedding import EmbedderRegistry, EngineOptions
+    from proxy.embedding import EmbedderRegistry
 
-    s = settings or Settings()
-    options = EngineOptions(
-        device=s.embed_device,
-        dtype=s.embed_dtype,
-        threads=s.embed_threads,
-        max_batch_tokens=s.embed_max_batch_tokens,
-        max_queue=s.embed_max_queue,
-    )
-    registry = EmbedderRegistry.from_specs([], options)
+    registry = EmbedderRegistry.from_specs([], (settings or Settings()).engine_options())
     await registry.start()
     return registry

@@ -26,15 +26,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from proxy.config import Settings
 from proxy.store.templates import VectorField, render_index_body
 from scripts.bench.common import (
     DEFAULT_OPENSEARCH_URL,
     Node,
     Proxy,
+    add_embed_options,
     bulk_lines,
     delete_indices,
     embed_args,
+    embed_settings,
     format_table,
     goodmem_key,
     machine_info,
@@ -196,11 +197,11 @@ def report(tallies: dict[str, Tally]) -> tuple[list[dict[str, Any]], dict[str, f
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"memproxy-bench-ingest-{uuid.uuid4().hex[:8]}"
     texts = synthetic_texts(args.memories, seed=5)
-    proxy_process = start_proxy(args.url, embed_args(args.embed_threads))
+    proxy_process = start_proxy(args.url, embed_args(args))
     proxy, embedders, containers = Proxy(proxy_process.url), None, {}
     try:
         async with Node(args.url) as node:
-            embedders = await start_embedders(Settings(embed_threads=args.embed_threads))
+            embedders = await start_embedders(embed_settings(args))
             info = embedders.infos()[0]
             proxy.goodmem_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
             try:
@@ -249,12 +250,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100, help="memories per request")
     p.add_argument("--clients", type=int, default=2, help="concurrent requests")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
-    p.add_argument(
-        "--embed-threads",
-        type=int,
-        default=None,
-        help="torch threads of the proxy's and the baseline's embedder alike (default: torch's)",
-    )
+    add_embed_options(p)
     p.add_argument("--quick", action="store_true", help="smoke run: 400 memories, 2 rounds")
     args = p.parse_args(argv)
     if args.quick:

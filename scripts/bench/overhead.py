@@ -28,15 +28,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from proxy.config import Settings
 from proxy.core.query import Term
 from proxy.store.query_dsl import compile_filter, vector_search_body
 from scripts.bench.common import (
     DEFAULT_OPENSEARCH_URL,
     Node,
     Proxy,
+    add_embed_options,
     delete_indices,
     embed_args,
+    embed_settings,
     format_table,
     goodmem_key,
     latency_summary,
@@ -228,11 +229,11 @@ def report(results: dict[int, dict[str, Series]]) -> tuple[list[dict[str, Any]],
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"memproxy-bench-overhead-{uuid.uuid4().hex[:8]}"
-    proxy_process = start_proxy(args.url, embed_args(args.embed_threads))
+    proxy_process = start_proxy(args.url, embed_args(args))
     proxy, embedders = Proxy(proxy_process.url), None
     try:
         async with Node(args.url) as node:
-            embedders = await start_embedders(Settings(embed_threads=args.embed_threads))
+            embedders = await start_embedders(embed_settings(args))
             info = embedders.infos()[0]
             proxy.goodmem_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
             container_id = await proxy.create_container(prefix, info.id, info.dimension)
@@ -288,12 +289,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8, 32])
     p.add_argument("--warm-up", type=int, default=20, help="requests per variant before measuring")
     p.add_argument("--k", type=int, default=10)
-    p.add_argument(
-        "--embed-threads",
-        type=int,
-        default=None,
-        help="torch threads of the proxy's and the baseline's embedder alike (default: torch's)",
-    )
+    add_embed_options(p)
     p.add_argument("--quick", action="store_true", help="smoke run: 300 memories, 30 requests")
     args = p.parse_args(argv)
     if args.quick:

@@ -86,7 +86,7 @@ def _check_searchable(container: Container) -> None:
 async def semantic_search(request: web.Request) -> web.Response:
     body = await object_body(request, "Semantic search memories request has empty body")
     query, k, filter_, min_score, ef_search = _parse_common(body)
-    container = await load_container(request)
+    container = await load_container(request, cached=True)
     _check_searchable(container)
     search = VectorSearch(
         container=container, k=k, query_text=query, filter=filter_, min_score=min_score, ef_search=ef_search
@@ -110,7 +110,7 @@ async def hybrid_search(request: web.Request) -> web.Response:
     body = await object_body(request, "Hybrid search memories request has empty body")
     query, k, filter_, min_score, ef_search = _parse_common(body)
     bm25, neural = _weights(body)
-    container = await load_container(request)
+    container = await load_container(request, cached=True)
     _check_searchable(container)
     search = VectorSearch(
         container=container, k=k, query_text=query, filter=filter_, min_score=min_score, ef_search=ef_search

@@ -252,9 +252,11 @@ async def update_api_key(
     doc["updated_at"] = now
     doc["updated_by_id"] = principal.user_id
     await gstore.index_doc(svc.store, gstore.APIKEYS, doc_id, doc)
+    svc.caches.access_changed()
     return doc
 
 
 async def delete_api_key(svc: Svc, principal: Principal, api_key_id: str) -> None:
     doc_id, _ = await _load(svc, principal, api_key_id)
     await gstore.delete_doc(svc.store, gstore.APIKEYS, doc_id)
+    svc.caches.access_changed()

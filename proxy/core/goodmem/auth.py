@@ -1,8 +1,9 @@
 """GoodMem authentication (API keys) and space authorization (owners, root/admin, grants, publicRead).
 
 A request authenticates with ``x-api-key: <key>`` or ``Authorization: Bearer <key>``. The key's sha256 is the
-id of its document, so authentication is one realtime GET of the key plus one of its user. Missing or unusable
-keys are 401; an authenticated caller without the permission is 403.
+id of its document, so authentication is one realtime GET of the key plus one of its user, kept for a couple
+of seconds in the read cache (proxy.core.cache; expiry and validity windows are still checked on every
+request). Missing or unusable keys are 401; an authenticated caller without the permission is 403.
 
 Space permissions (the Gen B operation names): root/admin may do everything; the owner of a space may do
 everything on it; anyone else needs a grant. A grant names an audience (one principal or all authenticated
@@ -106,17 +107,34 @@ async def authenticate(svc: Svc, headers: Mapping[str, str]) -> Principal:
     raw = extract_api_key(headers)
     if raw is None:
         raise Unauthenticated("No API key provided.")
-    doc = await gstore.get_doc(svc.store, gstore.APIKEYS, hash_key(raw))
+    key_hash = hash_key(raw)
+    try:
+        doc, user = await svc.caches.principals.get(key_hash, lambda: _load_key(svc, key_hash))
+    except _NoSuchKey:
+        raise Unauthenticated("Invalid or expired API key.") from None
     now = now_ms()
-    if doc is None or not _usable(doc, now):
+    # Validity windows are checked on every request, cached or not.
+    if not _usable(doc, now) or user.get("deleted_at"):
         raise Unauthenticated("Invalid or expired API key.")
-    user = await gstore.get_doc(svc.store, gstore.USERS, str(doc["user_id"]))
-    if user is None or user.get("deleted_at"):
-        raise Unauthenticated("Invalid or expired API key.")
-    _touch(svc, hash_key(raw), doc, now)
+    _touch(svc, key_hash, doc, now)
     return Principal(
         user_id=str(doc["user_id"]), api_key_id=str(doc["api_key_id"]), roles=tuple(user.get("roles") or ())
     )
+
+
+class _NoSuchKey(Exception):
+    """Raised, not returned, so that the cache (which keeps only successful loads) never keeps it."""
+
+
+async def _load_key(svc: Svc, key_hash: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The key's document and its user's."""
+    doc = await gstore.get_doc(svc.store, gstore.APIKEYS, key_hash)
+    if doc is None:
+        raise _NoSuchKey
+    user = await gstore.get_doc(svc.store, gstore.USERS, str(doc["user_id"]))
+    if user is None:
+        raise _NoSuchKey
+    return doc, user
 
 
 def _usable(doc: Mapping[str, Any], now: int) -> bool:
@@ -127,10 +145,11 @@ def _usable(doc: Mapping[str, Any], now: int) -> bool:
     return not (doc.get("valid_from") is not None and int(doc["valid_from"]) > now)
 
 
-def _touch(svc: Svc, doc_id: str, doc: Mapping[str, Any], now: int) -> None:
+def _touch(svc: Svc, doc_id: str, doc: dict[str, Any], now: int) -> None:
     """Record lastUsedAt without delaying the request (and without a write per request)."""
     if now - int(doc.get("last_used_at") or 0) < _TOUCH_EVERY_MS:
         return
+    doc["last_used_at"] = now  # the cached copy too, so the next requests do not write again
 
     async def run() -> None:
         try:
@@ -182,8 +201,11 @@ async def can_access_space(svc: Svc, principal: Principal, container: Any, op: s
         return False
     if op in PUBLIC_READ_OPS and _goodmem_attrs(container).get("public_read"):
         return True
-    ops = sorted(SPACE_OPS) if op == "READ_SPACE" else [op]
-    return await _has_grant(svc, principal, _container_id(container), ops)
+    ops = tuple(sorted(SPACE_OPS)) if op == "READ_SPACE" else (op,)
+    space_id = _container_id(container)
+    return await svc.caches.grants.get(
+        (principal.user_id, space_id, ops), lambda: _has_grant(svc, principal, space_id, list(ops))
+    )
 
 
 async def authorize_space(svc: Svc, principal: Principal, container: Any, op: str) -> None:

@@ -99,6 +99,7 @@ async def create_grant(svc: Svc, principal: Principal, body: Mapping[str, Any]) 
         await gstore.index_doc(svc.store, gstore.GRANTS, grant_id, doc, create=True)
     except Conflict:
         raise Conflict("A grant with this ID already exists") from None
+    svc.caches.access_changed()  # a cached "no grant" answer is now wrong
     return doc
 
 
@@ -123,6 +124,7 @@ async def revoke_grant(svc: Svc, principal: Principal, grant_id: str) -> dict[st
         doc["revoked_at"] = now_ms()
         doc["revoked_by_id"] = principal.user_id
         await gstore.index_doc(svc.store, gstore.GRANTS, doc["grant_id"], doc)
+        svc.caches.access_changed()
     return doc
 
 

@@ -653,7 +653,7 @@ async def _authorized_space(svc: Services, principal: Principal, key: SpaceKey) 
     from proxy.core.goodmem.auth import authorize_space
     from proxy.core.goodmem.spaces import get_space
 
-    container = await get_space(svc, key.space_id)
+    container = await get_space(svc, key.space_id, cached=True)
     # The documented rule: LIST_MEMORY on the space and READ_MEMORY on its memories.
     await authorize_space(svc, principal, container, "LIST_MEMORY")
     await authorize_space(svc, principal, container, "READ_MEMORY")

@@ -46,6 +46,7 @@ async def init_system(svc: Svc) -> dict[str, Any]:
     except Conflict:
         return {"alreadyInitialized": True, "message": "System already initialized"}
     instance.remember(svc, record)
+    svc.caches.access_changed()
     user = new_user_doc(
         user_id=root_id, email=ROOT_EMAIL, actor_id=root_id, roles=("ROOT",), display_name="Root User"
     )

@@ -202,6 +202,7 @@ async def update_user(
     doc["updated_at"] = now_ms()
     doc["updated_by_id"] = principal.user_id
     await gstore.index_doc(svc.store, gstore.USERS, doc["user_id"], doc)
+    svc.caches.access_changed()
     return doc
 
 
@@ -217,3 +218,4 @@ async def delete_user(svc: Svc, principal: Principal, user_id: str) -> None:
     )
     await gstore.index_doc(svc.store, gstore.USERS, doc["user_id"], doc)
     await gstore.delete_by_query(svc.store, gstore.APIKEYS, {"term": {"user_id": doc["user_id"]}})
+    svc.caches.access_changed()

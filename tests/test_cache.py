@@ -1,0 +1,214 @@
+"""The read caches (proxy.core.cache): the cache itself, then what a client sees through the real proxy.
+
+Writes through one process are seen by it at once; another process sees them within its TTL (here a second
+proxy with ``--cache-ttl-s 1`` next to the session's proxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from proxy.core.cache import Caches, TtlCache
+from tests.conftest import ProxyProcess
+from tests.goodmem_helpers import root_api_key
+from tests.opensearch_memory_helpers import EMBEDDER, MC
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Loader:
+    """Counts loads; each returns the next integer, optionally after a gate opens or with an error."""
+
+    def __init__(self, gate: asyncio.Event | None = None, error: Exception | None = None) -> None:
+        self.calls = 0
+        self.gate = gate
+        self.error = error
+
+    async def __call__(self) -> int:
+        self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        return self.calls
+
+
+# --- the cache ------------------------------------------------------------------------------------
+
+
+async def test_entries_live_for_the_ttl() -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(2.0, clock=clock)
+    load = Loader()
+    assert await cache.get("a", load) == 1
+    clock.now += 1.9
+    assert await cache.get("a", load) == 1 and load.calls == 1
+    clock.now += 0.2
+    assert await cache.get("a", load) == 2 and load.calls == 2
+
+
+async def test_ttl_zero_never_caches() -> None:
+    cache: TtlCache[str, int] = TtlCache(0)
+    load = Loader()
+    assert [await cache.get("a", load) for _ in range(3)] == [1, 2, 3]
+    assert len(cache) == 0
+
+
+async def test_concurrent_misses_share_one_load() -> None:
+    cache: TtlCache[str, int] = TtlCache(5.0)
+    gate = asyncio.Event()
+    load = Loader(gate)
+    waiters = [asyncio.create_task(cache.get("a", load)) for _ in range(5)]
+    await asyncio.sleep(0)
+    gate.set()
+    assert await asyncio.gather(*waiters) == [1] * 5
+    assert load.calls == 1
+
+
+async def test_failures_are_not_cached() -> None:
+    cache: TtlCache[str, int] = TtlCache(5.0)
+    failing = Loader(error=LookupError("no such key"))
+    for _ in range(2):
+        with pytest.raises(LookupError):
+            await cache.get("a", failing)
+    assert failing.calls == 2 and len(cache) == 0
+
+
+async def test_invalidate_disowns_a_load_in_flight() -> None:
+    """A read that started before a write must not put the pre-write value back."""
+    cache: TtlCache[str, int] = TtlCache(5.0)
+    gate = asyncio.Event()
+    stale = asyncio.create_task(cache.get("a", Loader(gate)))
+    await asyncio.sleep(0)
+    cache.invalidate("a")
+    gate.set()
+    assert await stale == 1
+    fresh = Loader()
+    fresh.calls = 41
+    assert await cache.get("a", fresh) == 42
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_shared_load() -> None:
+    cache: TtlCache[str, int] = TtlCache(5.0)
+    gate = asyncio.Event()
+    load = Loader(gate)
+    first = asyncio.create_task(cache.get("a", load))
+    second = asyncio.create_task(cache.get("a", load))
+    await asyncio.sleep(0)
+    first.cancel()
+    gate.set()
+    assert await second == 1
+    assert first.cancelled() and load.calls == 1
+    assert await cache.get("a", load) == 1  # and the value was kept
+
+
+async def test_size_is_bounded_least_recently_used_first() -> None:
+    cache: TtlCache[int, int] = TtlCache(5.0, max_entries=3)
+    for key in range(3):
+        await cache.get(key, Loader())
+    await cache.get(0, Loader())  # touch 0: 1 is now the oldest
+    await cache.get(3, Loader())
+    reload = Loader()
+    await cache.get(1, reload)
+    await cache.get(0, reload)
+    assert reload.calls == 1 and len(cache) == 3
+
+
+async def test_access_changed_forgets_principals_and_grants_only() -> None:
+    caches = Caches.with_ttl(5.0)
+    for cache in (caches.containers, caches.principals):
+        await cache.get("k", Loader())
+    await caches.grants.get(("u", "s", ("READ_MEMORY",)), Loader())
+    caches.access_changed()
+    assert (len(caches.containers), len(caches.principals), len(caches.grants)) == (1, 0, 0)
+
+
+# --- through the real proxy -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
+    """A second proxy process on the same node: another replica of a deployment."""
+    p = ProxyProcess(opensearch_url, extra_args=["--cache-ttl-s", "1"])
+    yield p
+    p.stop()
+
+
+def _wait_until(check: object, timeout: float = 10.0) -> float:
+    """Seconds until ``check()`` is true; fails the test after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():  # type: ignore[operator]
+            return time.monotonic() - start
+        time.sleep(0.1)
+    pytest.fail(f"not seen within {timeout} s")
+
+
+def _search(url: str, container_id: str) -> httpx.Response:
+    return httpx.post(
+        f"{url}{MC}/{container_id}/memories/long-term/_semantic_search",
+        json={"query": "where does the user live", "k": 5},
+        timeout=60,
+    )
+
+
+def test_container_delete_is_seen_at_once_here_and_within_the_ttl_elsewhere(
+    proxy_url: str, other_proxy: ProxyProcess
+) -> None:
+    created = httpx.post(
+        f"{proxy_url}{MC}/_create",
+        json={
+            "name": f"cache-{uuid.uuid4().hex[:8]}",
+            "configuration": {
+                "index_prefix": f"cache-{uuid.uuid4().hex[:8]}",
+                "embedding_model_type": "TEXT_EMBEDDING",
+                "embedding_model_id": EMBEDDER,
+                "embedding_dimension": 384,
+            },
+        },
+        timeout=60,
+    )
+    assert created.status_code == 200, created.text
+    cid = created.json()["memory_container_id"]
+    for url in (proxy_url, other_proxy.url):  # both processes now hold the container in their caches
+        assert _search(url, cid).status_code == 200
+    deleted = httpx.delete(f"{proxy_url}{MC}/{cid}", params={"delete_all_memories": "true"}, timeout=60)
+    assert deleted.status_code == 200, deleted.text
+    assert _search(proxy_url, cid).status_code == 404  # the deleting process: at once
+    waited = _wait_until(lambda: _search(other_proxy.url, cid).status_code == 404)
+    assert waited < 1.0 + 2.0  # the other process: within its 1 s TTL (plus request time)
+
+
+def test_revoked_key_is_refused_at_once_here_and_within_the_ttl_elsewhere(
+    proxy_url: str, opensearch_url: str, other_proxy: ProxyProcess
+) -> None:
+    root = {"x-api-key": root_api_key(proxy_url, opensearch_url)}
+    issued = httpx.post(f"{proxy_url}/v1/apikeys", json={"labels": {"t": "cache"}}, headers=root, timeout=30)
+    assert issued.status_code == 201, issued.text
+    key, key_id = issued.json()["rawApiKey"], issued.json()["apiKeyMetadata"]["apiKeyId"]
+
+    def status(url: str) -> int:
+        return httpx.get(f"{url}/v1/spaces", headers={"x-api-key": key}, timeout=30).status_code
+
+    assert status(proxy_url) == 200 and status(other_proxy.url) == 200  # cached in both
+    revoked = httpx.put(
+        f"{proxy_url}/v1/apikeys/{key_id}", json={"status": "INACTIVE"}, headers=root, timeout=30
+    )
+    assert revoked.status_code == 200, revoked.text
+    assert status(proxy_url) == 401
+    waited = _wait_until(lambda: status(other_proxy.url) == 401)
+    assert waited < 1.0 + 2.0
