@@ -139,3 +139,22 @@ def test_cluster_down_is_503_in_opensearch_shape() -> None:
         assert "Traceback" not in proxy.log()
     finally:
         proxy.stop()
+
+
+def test_readme_lists_every_setting_and_no_other() -> None:
+    """The README's configuration table cannot drift from the parser: same flags, same env vars."""
+    import re
+
+    from proxy.config import build_parser
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n\n", 2)[1]
+    documented_flags = set(re.findall(r"`(--[a-z0-9-]+)", table))
+    documented_envs = set(re.findall(r"`((?:OPENSEARCH|MEMPROXY)_[A-Z0-9_]+)`", table))
+    flags, envs = set(), set()
+    for action in build_parser()._actions:
+        flags.update(o for o in action.option_strings if o.startswith("--") and o != "--help")
+        envs.update(re.findall(r"env ([A-Z][A-Z0-9_]+)", action.help or ""))
+    assert documented_flags == flags
+    assert documented_envs == envs

@@ -1,16 +1,16 @@
-"""Short-lived read caches for the per-request look-ups of the search paths.
+"""Short-lived read caches for the per-request look-ups of searches and of GoodMem authentication.
 
 Every search and retrieve first reads the container document, and every GoodMem request its API key and the
 key's user (plus, for a caller who does not own the space, a grant count). Each is a node round trip that
-costs more than the whole rest of the proxy's own work, so the read paths keep what they found for
-``ttl_s`` seconds (``--cache-ttl``, default 2 s; 0 turns caching off).
+costs more than the whole rest of the proxy's own work, so these look-ups keep what they found for ``ttl_s``
+seconds (``--cache-ttl-s``, default 2; 0 turns caching off).
 
 Consistency: writes made through *this* process invalidate the entries they change before they return, so a
 client never reads its own writes stale. Another proxy process (or a direct write to the indices) is seen
-after at most ``ttl_s``: a revoked key or a revoked grant keeps working there for up to that long, and a
-search may use a container's settings from up to that long ago. Write paths (adding or deleting memories,
-updating containers, checks before a write) never use the cache. Only successful look-ups are cached, so a
-key or container that does not exist yet is found as soon as it does.
+after at most ``ttl_s``: a revoked key or grant keeps working there for up to that long, and a search may use
+a container's settings from up to that long ago. Container documents are cached for the search paths only:
+writes (adding or deleting memories, updating or deleting containers) always read them fresh. Only
+successful look-ups are cached, so a key or container that does not exist yet is found as soon as it does.
 """
 
 from __future__ import annotations
