@@ -84,7 +84,7 @@ def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     rec = Recorder()
     spaces = {S1: container(S1, [(E1, 1.0)]), S2: container(S2, [(E1, 1.0), (E2, 0.5)])}
 
-    async def get_space(svc: Any, space_id: str) -> Container:
+    async def get_space(svc: Any, space_id: str, *, cached: bool = False) -> Container:
         rec.log.append(f"get:{space_id}")
         if space_id not in spaces:
             raise NotFound("Space not found")
