@@ -22,6 +22,7 @@ from proxy.core.query import And, Exists, Hit, MatchAll, Not, Or, Range, RawDsl,
 from proxy.core.search import _fuse, min_max_normalize
 from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound
 from proxy.store.query_dsl import (
+    DEFAULT_EF_SEARCH,
     add_filter,
     apply_ml_search_options,
     bm25_search_body,
@@ -102,6 +103,12 @@ def test_vector_search_puts_every_filter_inside_knn() -> None:
     }
     # No bool beside the knn clause: nothing is post-filtered.
     assert set(body["query"]) == {"knn"}
+
+
+def test_searches_that_name_no_ef_search_get_memproxys_default() -> None:
+    body = vector_search_body(field="f", vector=[1.0], k=5, filter_dsl=None)
+    assert body["query"]["knn"]["f"]["method_parameters"] == {"ef_search": DEFAULT_EF_SEARCH}
+    assert DEFAULT_EF_SEARCH == 300  # the value docs/benchmarks.md measured
 
 
 def test_bm25_leg_has_the_same_filter() -> None:

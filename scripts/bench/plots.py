@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--scale",
-        default="scale,scale-lowrank,scale-300k,scale-1m",
+        default="scale,scale-lowrank,scale-300k,scale-1m-lowrank",
         help="comma-separated results/<name>.json of scale runs to draw",
     )
     args = p.parse_args(argv)

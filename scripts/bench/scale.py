@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from proxy.core.query import Term, all_of
-from proxy.store.query_dsl import compile_filter, vector_search_body
+from proxy.store.query_dsl import DEFAULT_EF_SEARCH, compile_filter, vector_search_body
 from proxy.store.templates import VectorField, render_index_body
 from scripts.bench.common import (
     DEFAULT_OPENSEARCH_URL,
@@ -426,7 +426,7 @@ def _report(
         print(format_table([{k: v for k, v in r.items() if k != "latencies_s"} for r in sweep]))
     print(json.dumps(summary))
     return {
-        "params": {k: v for k, v in vars(args).items()},
+        "params": {**vars(args), "default_ef_search": DEFAULT_EF_SEARCH},
         "machine": machine_info(),
         "node": info,
         "phases_s": watch.phases,
