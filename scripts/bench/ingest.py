@@ -251,6 +251,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=2, help="concurrent requests")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     add_embed_options(p)
+    p.add_argument("--tag", default="", help="suffix of the results file name (ingest<tag>.json)")
     p.add_argument("--quick", action="store_true", help="smoke run: 400 memories, 2 rounds")
     args = p.parse_args(argv)
     if args.quick:
@@ -261,7 +262,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     data = asyncio.run(setup_and_run(args))
-    print(f"wrote {write_results('ingest-quick' if args.quick else 'ingest', data)}")
+    print(f"wrote {write_results('ingest' + (args.tag or ('-quick' if args.quick else '')), data)}")
 
 
 if __name__ == "__main__":

@@ -290,6 +290,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warm-up", type=int, default=20, help="requests per variant before measuring")
     p.add_argument("--k", type=int, default=10)
     add_embed_options(p)
+    p.add_argument("--tag", default="", help="suffix of the results file name (overhead<tag>.json)")
     p.add_argument("--quick", action="store_true", help="smoke run: 300 memories, 30 requests")
     args = p.parse_args(argv)
     if args.quick:
@@ -300,7 +301,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     data = asyncio.run(setup_and_run(args))
-    print(f"wrote {write_results('overhead-quick' if args.quick else 'overhead', data)}")
+    print(f"wrote {write_results('overhead' + (args.tag or ('-quick' if args.quick else '')), data)}")
 
 
 if __name__ == "__main__":

@@ -121,12 +121,14 @@ def recall_chart(runs: list[tuple[str, dict[str, Any]]]) -> None:
         )
         summary = data["summary"]
         rule = f"count rule {summary['count_rule_ok']}/{summary['count_rule_checked']}"
-        ax.plot(*zip(*pts, strict=True), marker="o", label=f"{label} ({rule})")
+        # runs from before the default was recorded used the index's ef_search, 100
+        ef = data["params"].get("default_ef_search", 100)
+        ax.plot(*zip(*pts, strict=True), marker="o", label=f"{label}, ef_search {ef} ({rule})")
     ax.axhline(0.99, color="r", ls="--", label="target 0.99")
     ax.set_xscale("log")
     ax.set_xlabel("share of the container's memories that match the filter")
     ax.set_ylabel("mean recall@10 vs exact oracle")
-    ax.set_title("filtered k-NN recall@10 against the exact oracle (index ef_search 100)")
+    ax.set_title("filtered k-NN recall@10 against the exact oracle (memproxy's default ef_search)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save(fig, "recall-vs-selectivity.png")
@@ -173,6 +175,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="scale,scale-lowrank,scale-300k,scale-1m-lowrank",
         help="comma-separated results/<name>.json of scale runs to draw",
     )
+    p.add_argument(
+        "--ef-sweep",
+        default="scale,scale-lowrank,scale-300k,scale-1m-lowrank-ef",
+        help="comma-separated results/<name>.json of scale runs with --ef-sweep",
+    )
     args = p.parse_args(argv)
     if (overhead := load("overhead")) is not None:
         latency_chart(overhead)
@@ -181,7 +188,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = scale_runs([n for n in args.scale.split(",") if n])
     if runs:
         recall_chart(runs)
-        ef_chart(runs)
+    sweeps = scale_runs([n for n in args.ef_sweep.split(",") if n])
+    if sweeps:
+        ef_chart(sweeps)
 
 
 if __name__ == "__main__":
