@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -148,11 +148,11 @@ def other_proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
     p.stop()
 
 
-def _wait_until(check: object, timeout: float = 10.0) -> float:
+def _wait_until(check: Callable[[], bool], timeout: float = 10.0) -> float:
     """Seconds until ``check()`` is true; fails the test after ``timeout``."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
-        if check():  # type: ignore[operator]
+        if check():
             return time.monotonic() - start
         time.sleep(0.1)
     pytest.fail(f"not seen within {timeout} s")
