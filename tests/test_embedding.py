@@ -335,7 +335,8 @@ async def test_small_batches_let_the_first_writer_finish_first(fp32: Embedder, p
     try:
         first = asyncio.create_task(embedder.embed([f"first writer, memory {i}" for i in range(100)]))
         second = asyncio.create_task(embedder.embed([f"second writer, memory {i}" for i in range(100)]))
-        await _until(lambda: embedder.queued == 200)
+        # every text queued, or in the batch already cut and waiting for the gated compute thread
+        await _until(lambda: embedder.queued + len(embedder._inflight) == 200)
         gate.open()
         await first
         assert not second.done() and embedder.queued > 0
