@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.getLogger("opensearch").setLevel(logging.ERROR)
     web.run_app(
         make_app(settings),
+        loop=_new_loop(settings.event_loop),
         host=settings.host,
         port=settings.port,
         access_log=None,
@@ -33,6 +35,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         handler_cancellation=True,
         print=lambda _: print(f"memproxy listening on http://{settings.host}:{settings.port}", flush=True),
     )
+
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 if __name__ == "__main__":

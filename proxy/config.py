@@ -39,6 +39,9 @@ class Settings:
     # Seconds a search may reuse a container document, API key or grant answer it read (0: never).
     cache_ttl_s: float = 2.0
     log_level: str = "INFO"
+    # uvloop (libuv, in C) makes each HTTP exchange cheaper than asyncio's pure-Python loop; "asyncio" is
+    # there for debugging and for platforms without uvloop.
+    event_loop: str = "uvloop"
 
     def engine_options(self) -> EngineOptions:
         """The embedding engine's options (the proxy's, and the benchmarks' in-process baseline's)."""
@@ -93,6 +96,7 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         "seconds a read container or API key is reused (0: off)",
     ),
     ("log-level", "MEMPROXY_LOG_LEVEL", str, "DEBUG | INFO | WARNING | ERROR"),
+    ("event-loop", "MEMPROXY_EVENT_LOOP", str, "uvloop | asyncio"),
 ]
 
 
@@ -153,6 +157,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     values["embedders"] = tuple(e.strip() for e in embedders)
     if values.get("cache_ttl_s", 0.0) < 0:
         raise SystemExit("memproxy: --cache-ttl-s must be 0 or more")
+    if values.get("event_loop", "uvloop") not in ("uvloop", "asyncio"):
+        raise SystemExit("memproxy: --event-loop must be uvloop or asyncio")
     if "opensearch_url" in values:
         values["opensearch_url"] = values["opensearch_url"].rstrip("/")
     return Settings(**values)

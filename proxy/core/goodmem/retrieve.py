@@ -662,6 +662,10 @@ async def _authorized_space(svc: Services, principal: Principal, key: SpaceKey) 
 
 async def _gather(coros: Sequence[Awaitable[Any]]) -> list[Any]:
     """Run concurrently; the first error cancels the rest (TaskGroup), and is raised as itself."""
+    if len(coros) == 1:
+        # The common case (one space, one embedder): nothing to run beside it, so no task and no group,
+        # which cost more than the rest of the planning's own work.
+        return [await coros[0]]
     try:
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(_as_coro(c)) for c in coros]
