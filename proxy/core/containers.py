@@ -52,7 +52,6 @@ __all__ = [
     "create_container",
     "delete_container",
     "get_container",
-    "get_container_cached",
     "list_containers",
     "parse_memory_type",
     "search_containers",
@@ -411,7 +410,15 @@ async def create_container(
     return replace(container, seq_no=result.get("_seq_no"), primary_term=result.get("_primary_term"))
 
 
-async def get_container(svc: Services, container_id: str) -> Container:
+async def get_container(svc: Services, container_id: str, *, cached: bool = False) -> Container:
+    """The container record; 404 when there is none. ``cached`` (the search paths only) may reuse a read
+    from the last seconds (proxy.core.cache)."""
+    if cached:
+        return await svc.caches.containers.get(container_id, lambda: _read_container(svc, container_id))
+    return await _read_container(svc, container_id)
+
+
+async def _read_container(svc: Services, container_id: str) -> Container:
     try:
         found = await svc.store.request("GET", f"/{CONTAINER_INDEX}/_doc/{_quote(container_id)}")
     except OpenSearchError as exc:
@@ -423,11 +430,6 @@ async def get_container(svc: Services, container_id: str) -> Container:
     return Container.from_source(
         container_id, found["_source"], seq_no=found.get("_seq_no"), primary_term=found.get("_primary_term")
     )
-
-
-async def get_container_cached(svc: Services, container_id: str) -> Container:
-    """``get_container`` through the short-lived read cache, for the search paths only (see core.cache)."""
-    return await svc.caches.containers.get(container_id, lambda: get_container(svc, container_id))
 
 
 def _quote(part: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app_keys import SERVICES
-from proxy.core.containers import Container, get_container, get_container_cached
+from proxy.core.containers import Container, get_container
 from proxy.core.lenient import token_error
 from proxy.core.services import Services
 from proxy.errors import BadRequest, MemproxyError
@@ -80,8 +80,8 @@ async def load_container(
 ) -> Container:
     """The container the route names; ``cached`` (search routes only) may reuse a read from the last
     seconds (proxy.core.cache)."""
-    get = get_container_cached if cached else get_container
-    return await get(services(request), container_id or request.match_info["memory_container_id"])
+    container_id = container_id or request.match_info["memory_container_id"]
+    return await get_container(services(request), container_id, cached=cached)
 
 
 def json_response(body: Any) -> web.Response:

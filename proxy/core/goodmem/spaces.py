@@ -20,7 +20,6 @@ from proxy.core.containers import (
     create_container,
     delete_container,
     get_container,
-    get_container_cached,
     list_containers,
 )
 from proxy.core.containers import update_container as update_container_core
@@ -125,9 +124,8 @@ def _check_space_id(space_id: str) -> str:
 async def get_space(svc: Svc, space_id: str, *, cached: bool = False) -> Container:
     """The container behind a space id; 404 'Space not found' when there is none. ``cached`` (retrieval
     only) may reuse a read from the last seconds (proxy.core.cache)."""
-    get = get_container_cached if cached else get_container
     try:
-        return await get(svc, _check_space_id(space_id))
+        return await get_container(svc, _check_space_id(space_id), cached=cached)
     except NotFound:
         raise NotFound("Space not found") from None
 
