@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from proxy.api import goodmem, health, opensearch_memory
+from proxy.api import goodmem, health, openai, opensearch_memory
 from proxy.api.errors import error_middleware
 from proxy.api.passthrough import passthrough
 from proxy.app_keys import EMBEDDERS, SERVICES, SETTINGS, STARTED_AT, STORE
@@ -70,5 +70,6 @@ def make_app(settings: Settings) -> web.Application:
     app.add_routes(health.routes)
     opensearch_memory.mount(app)
     goodmem.setup(app)
+    openai.mount(app)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

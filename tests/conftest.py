@@ -61,7 +61,7 @@ def opensearch_url() -> Iterator[str]:
     if _docker_answers():
         from testcontainers.opensearch import OpenSearchContainer  # type: ignore[import-not-found]
 
-        with OpenSearchContainer("opensearchproject/opensearch:3.5.0") as node:
+        with OpenSearchContainer("opensearchproject/opensearch:3.6.0") as node:
             yield node.get_config()["url"]
         return
     out = subprocess.run(

@@ -26,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from proxy.embedding import (  # after HF_HUB_OFFLINE: transformers reads it on import
     DEFAULT_EMBEDDER_ALIAS,
     DEFAULT_EMBEDDER_ID,
+    DEFAULT_EMBEDDER_NAME,
     Embedder,
     EmbedderClosed,
     EmbedderOverloaded,
@@ -40,6 +41,7 @@ from proxy.embedding.layout import read_layout
 from proxy.embedding.model import cpu_has_native_bf16, partition_by_length
 from proxy.embedding.pooling import pool
 from proxy.errors import BadRequest, NotFound, Overloaded
+from tests.embedding_helpers import oracle_model, oracle_vectors, row_cosines
 
 # One event loop for the module, so the models loaded by module fixtures serve every test.
 async_test = pytest.mark.asyncio(loop_scope="module")
@@ -67,19 +69,10 @@ TEXTS = [
 ]
 
 
-def _cosines(a: list[list[float]], b: np.ndarray) -> np.ndarray:
-    x = np.asarray(a, dtype=np.float64)
-    y = np.asarray(b, dtype=np.float64)
-    return (x * y).sum(axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
-
-
 @pytest.fixture(scope="module")
 def oracle() -> np.ndarray:
     """sentence-transformers' float32 vectors for TEXTS."""
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(MODEL_PATH, device="cpu")
-    return np.asarray(model.encode(TEXTS, batch_size=8, convert_to_numpy=True))
+    return oracle_vectors(TEXTS)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -142,6 +135,9 @@ async def test_default_embedder_identity(default_registry: EmbedderRegistry) -> 
     assert default_registry.default_id == DEFAULT_EMBEDDER_ID
     assert default_registry.get(DEFAULT_EMBEDDER_ALIAS) is default_registry.get(DEFAULT_EMBEDDER_ID)
     assert default_registry.get(DEFAULT_EMBEDDER_ID.upper()) is default_registry.get(DEFAULT_EMBEDDER_ID)
+    assert default_registry.names(DEFAULT_EMBEDDER_ALIAS.upper()) == [
+        DEFAULT_EMBEDDER_ID, DEFAULT_EMBEDDER_NAME, DEFAULT_EMBEDDER_ALIAS
+    ]  # fmt: skip
     [info] = default_registry.infos()
     assert (info.id, info.dimension, info.max_tokens, info.pooling, info.normalize) == (
         DEFAULT_EMBEDDER_ID, 384, 256, "mean", True
@@ -165,11 +161,11 @@ async def test_unknown_embedder_is_not_found(default_registry: EmbedderRegistry)
 @async_test
 async def test_fp32_parity_with_sentence_transformers(fp32: Embedder, oracle: np.ndarray) -> None:
     vectors = await fp32.embed(TEXTS)
-    cosines = _cosines(vectors, oracle)
+    cosines = row_cosines(vectors, oracle)
     assert cosines.min() >= 0.9999, dict(zip(TEXTS, cosines.round(6), strict=True))
     # One at a time takes the on-loop tokenizer and single-row batches: same vectors.
     singles = [await fp32.embed_one(text) for text in TEXTS]
-    assert _cosines(singles, oracle).min() >= 0.9999
+    assert row_cosines(singles, oracle).min() >= 0.9999
 
 
 @async_test
@@ -177,8 +173,15 @@ async def test_default_path_parity_with_sentence_transformers(
     default_registry: EmbedderRegistry, oracle: np.ndarray
 ) -> None:
     vectors = await default_registry.get(DEFAULT_EMBEDDER_ID).embed(TEXTS)
-    cosines = _cosines(vectors, oracle)
+    cosines = row_cosines(vectors, oracle)
     assert cosines.min() >= 0.999, dict(zip(TEXTS, cosines.round(6), strict=True))
+
+
+@async_test
+async def test_count_tokens_is_what_the_model_reads(fp32: Embedder) -> None:
+    features = oracle_model().tokenize(TEXTS)  # special tokens included, truncated at max_seq_length
+    assert await fp32.count_tokens(TEXTS) == features["attention_mask"].sum(dim=1).tolist()
+    assert await fp32.count_tokens(TEXTS * 2) == features["attention_mask"].sum(dim=1).tolist() * 2
 
 
 @async_test
@@ -204,7 +207,7 @@ async def test_concurrent_callers_get_their_own_vectors_in_order(fp32: Embedder)
     results = await asyncio.gather(*(fp32.embed(call) for call in calls))
     for call, vectors in zip(calls, results, strict=True):
         expected = alone[[texts.index(t) for t in call]]
-        assert _cosines(vectors, expected).min() > 0.9999
+        assert row_cosines(vectors, expected).min() > 0.9999
     # Concurrent callers shared forwards instead of one forward each.
     assert fp32.batches_run - batches_before < len(calls) / 2
 

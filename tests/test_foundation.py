@@ -78,7 +78,7 @@ def test_health_reports_proxy_and_cluster(proxy_url: str) -> None:
 
 def test_passthrough_with_opensearch_py(proxy_url: str, index_name: str) -> None:
     client = OpenSearch(hosts=[proxy_url])
-    assert client.info()["version"]["number"] == "3.5.0"
+    assert client.info()["version"]["number"] == "3.6.0"
     client.indices.create(index=index_name, body={"settings": {"number_of_replicas": 0}})
     try:
         lines = []

@@ -198,8 +198,8 @@ def _errors(demo: str, plain: str, missing: str) -> list[tuple[str, str, str, An
             "POST",
             f"{MC}/{plain}/memories",
             None,
-            500,
-            "i_o_exception",
+            400,
+            "illegal_argument_exception",
             "Add memory request has empty body",
         ),
         (
@@ -344,9 +344,8 @@ def _errors(demo: str, plain: str, missing: str) -> list[tuple[str, str, str, An
             f"{MC}/{plain}/memories/working/_delete_by_query",
             {},
             400,
-            "status_exception",
-            "Query parameter is required for delete by query operation. To delete all documents, explicitly "
-            'provide a match_all query: {"query": {"match_all": {}}}',
+            "action_request_validation_exception",
+            "Validation Failed: 1: Query is required;",
         ),
         (
             "dbq disabled",

@@ -1,7 +1,8 @@
 """Errors → HTTP, in one place.
 
 Each API has one error shape: OpenSearch's ``{"error": {...}, "status": N}`` for everything that is not
-GoodMem, and GoodMem's ``{"error": "...", "status": N}`` under ``/v1/``. Handlers raise
+GoodMem or OpenAI, GoodMem's ``{"error": "...", "status": N}`` under ``/v1/``, and OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` under ``/openai/``. Handlers raise
 :class:`proxy.errors.MemproxyError` kinds; this middleware renders them. Anything unexpected is logged with
 its traceback and answered as a clean 500 in the caller's shape, never as a traceback.
 """
@@ -18,7 +19,14 @@ from aiohttp import web
 from proxy.errors import MemproxyError
 from proxy.store.client import OpenSearchError
 
-__all__ = ["error_middleware", "goodmem_error_body", "is_goodmem_path", "opensearch_error_body"]
+__all__ = [
+    "error_middleware",
+    "goodmem_error_body",
+    "is_goodmem_path",
+    "is_openai_path",
+    "openai_error_body",
+    "opensearch_error_body",
+]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +35,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def is_goodmem_path(path: str) -> bool:
     return path == "/v1" or path.startswith("/v1/")
+
+
+def is_openai_path(path: str) -> bool:
+    return path == "/openai" or path.startswith("/openai/")
 
 
 def opensearch_error_body(exc: MemproxyError) -> dict[str, Any]:
@@ -47,8 +59,23 @@ def goodmem_error_body(exc: MemproxyError) -> dict[str, Any]:
     return body
 
 
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_exceeded"}
+
+
+def openai_error_body(exc: MemproxyError) -> dict[str, Any]:
+    """OpenAI's envelope; ``details`` may name the offending ``param`` and a machine-readable ``code``."""
+    kind = "server_error" if exc.status >= 500 else _OPENAI_TYPES.get(exc.status, "invalid_request_error")
+    code = exc.details.get("code", "rate_limit_exceeded" if exc.status == 429 else None)
+    return {"error": {"message": exc.message, "type": kind, "param": exc.details.get("param"), "code": code}}
+
+
 def render_error(request: web.Request, exc: MemproxyError) -> web.Response:
-    body = goodmem_error_body(exc) if is_goodmem_path(request.path) else opensearch_error_body(exc)
+    if is_openai_path(request.path):
+        body = openai_error_body(exc)
+    elif is_goodmem_path(request.path):
+        body = goodmem_error_body(exc)
+    else:
+        body = opensearch_error_body(exc)
     return web.Response(
         status=exc.status,
         text=json.dumps(body, ensure_ascii=False),
@@ -61,8 +88,13 @@ def render_error(request: web.Request, exc: MemproxyError) -> web.Response:
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except web.HTTPException:
-        raise
+    except web.HTTPException as exc:
+        # aiohttp's own refusals (a body over client_max_size, say) are plain text; OpenAI clients parse JSON.
+        if exc.status < 400 or not is_openai_path(request.path):
+            raise
+        error = MemproxyError(exc.text or exc.reason)
+        error.status = exc.status
+        return render_error(request, error)
     except MemproxyError as exc:
         if exc.status >= 500:
             log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc.message)

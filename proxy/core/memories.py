@@ -54,10 +54,8 @@ NO_LLM_EXTRACTION = (
     "Long-term memory extraction needs an LLM, and memproxy cannot run one: no long-term memories were "
     "extracted. Write long-term memories with POST .../memories/long-term/_memproxy_add instead."
 )
-DELETE_BY_QUERY_NEEDS_QUERY = (
-    "Query parameter is required for delete by query operation. To delete all documents, explicitly provide "
-    'a match_all query: {"query": {"match_all": {}}}'
-)
+# ml-commons 3.6 leaves the check to the node's request validation (3.8 words it as a status_exception).
+DELETE_BY_QUERY_NEEDS_QUERY = "Validation Failed: 1: Query is required;"
 
 # GET re-serialises through ml-commons' typed models: these keys, in this order, nulls and empties omitted.
 _GET_KEYS = {
@@ -364,6 +362,7 @@ async def update_memory(
     A long-term ``memory`` is embedded again, as ml-commons' ingest pipeline would.
     """
     if memory_type == "history":
+        _index_or_404(container, memory_type)  # a disabled history is "not found" before it is read-only
         raise NotFound("Can't update memory history")
     if changes.get("pinned") is not None:
         if memory_type == "working":
@@ -451,7 +450,7 @@ async def delete_by_query(
 ) -> dict[str, Any]:
     """The node's ``_delete_by_query`` result for ``query`` within this container (refresh=true)."""
     if query is None:
-        raise BadRequest(DELETE_BY_QUERY_NEEDS_QUERY, os_type="status_exception")
+        raise BadRequest(DELETE_BY_QUERY_NEEDS_QUERY, os_type="action_request_validation_exception")
     index = container.index_name(memory_type)
     if index is None:
         raise BadRequest(

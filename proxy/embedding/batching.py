@@ -160,6 +160,10 @@ class Embedder:
             self._release(request)
             raise
 
+    async def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens the model reads per text: special tokens included, truncated at ``max_tokens``."""
+        return [len(ids) for ids in await self._tokenize(_as_texts(texts))]
+
     def _reserve(self, count: int) -> None:
         if self._closed or self._task is None:
             raise EmbedderClosed(f"embedder [{self.info.id}] is not running")

@@ -159,6 +159,16 @@ class EmbedderRegistry:
             raise EmbedderClosed(f"embedder [{canonical}] is not running (registry not started or closed)")
         return embedder
 
+    def names(self, embedder_id: str) -> list[str]:
+        """The id and every alias that resolves to it, as configured (lookups ignore case)."""
+        canonical = self.resolve(embedder_id)
+        spec = next(spec for spec in self._specs if spec.id == canonical)
+        found: dict[str, str] = {}
+        for name in (spec.id, spec.name, DEFAULT_EMBEDDER_ALIAS):
+            if name and self._aliases.get(_key(name)) == canonical:
+                found.setdefault(_key(name), name)
+        return list(found.values())
+
     def infos(self) -> list[EmbedderInfo]:
         """The loaded embedders, default first."""
         return [self._embedders[spec.id].info for spec in self._specs if spec.id in self._embedders]

@@ -49,13 +49,21 @@ def _pattern(path: str) -> re.Pattern[str]:
     return re.compile(f"^{regex}$")
 
 
-_PATTERNS = [(methods, _pattern(path)) for methods, path, _ in ROUTES]
+def _literals(path: str) -> tuple[bool, ...]:
+    return tuple(not segment.startswith("{") for segment in path.split("/"))
+
+
+_PATTERNS = [(methods, _pattern(path), _literals(path)) for methods, path, _ in ROUTES]
 
 
 def _allowed(path: str) -> list[str]:
+    """The methods of the route OpenSearch's path trie picks: at each segment a literal beats a parameter,
+    so ``DELETE …/_create`` is a wrong method on ``_create``, not a delete of a container named so."""
+    matches = [(literals, methods) for methods, pattern, literals in _PATTERNS if pattern.match(path)]
+    best = max((literals for literals, _ in matches), default=None)
     allowed: list[str] = []
-    for methods, pattern in _PATTERNS:
-        if pattern.match(path):
+    for literals, methods in matches:
+        if literals == best:
             allowed.extend(m for m in methods if m not in allowed)
     return allowed
 
@@ -86,5 +94,8 @@ def mount(app: web.Application) -> None:
     for methods, path, handler in ROUTES:
         for method in methods:
             app.router.add_route(method, path, handler)
+        if "{" not in path:
+            # Other methods on a literal path must not fall through to a "{memory_container_id}" route.
+            app.router.add_route("*", path, _router_fallback)
     app.router.add_route("*", PREFIX, _router_fallback)
     app.router.add_route("*", PREFIX + "/{tail:.*}", _router_fallback)

@@ -27,7 +27,7 @@ from proxy.core.lenient import (
     token_error,
 )
 from proxy.core.longterm import LongTermMemory, write_long_term
-from proxy.errors import BadRequest, Forbidden, MemproxyError
+from proxy.errors import BadRequest, Forbidden
 
 __all__ = [
     "add_long_term",
@@ -95,8 +95,8 @@ def _add_memory_request(body: dict[str, Any]) -> core.AddMemoryRequest:
 async def add_memory(request: web.Request) -> web.Response:
     raw = await read_json(request)
     if raw is None:
-        # ml-commons' REST handler throws an IOException here, which OpenSearch answers with a 500.
-        raise MemproxyError("Add memory request has empty body", os_type="i_o_exception")
+        # ml-commons 3.6 answers a 500 (an IOException); the caller's mistake is a 400 here, as documented.
+        raise BadRequest("Add memory request has empty body")
     if not isinstance(raw, dict):
         raise token_error("START_OBJECT", raw)
     req = _add_memory_request(raw)
@@ -161,10 +161,12 @@ async def delete_by_query(request: web.Request) -> web.Response:
         raise token_error("START_OBJECT", raw)
     query = (raw or {}).get("query")
     if query is None:
-        raise BadRequest(core.DELETE_BY_QUERY_NEEDS_QUERY, os_type="status_exception")
+        raise BadRequest(core.DELETE_BY_QUERY_NEEDS_QUERY, os_type="action_request_validation_exception")
     container = await load_container(request)
     result = await core.delete_by_query(services(request), container, memory_type, as_object(query))
-    return json_response(result)
+    # ml-commons renders the node's BulkByScrollResponse itself, which names the counters the REST
+    # _delete_by_query leaves out (always 0 for a delete).
+    return json_response({"updated": 0, "created": 0, **result})
 
 
 # --- memproxy extension: write long-term memories without an LLM -----------------------------------

@@ -1,0 +1,225 @@
+"""The deliberate differences from ml-commons 3.6, each documented in docs/opensearch-api.md.
+
+A flow maps the label of a call to one of these; ``compare_traces`` then runs the deviation's check on the
+two normalised replies, which asserts the difference exactly as documented and that nothing else differs.
+``test_deviations.py`` keeps this list and the document's table equal.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.conformance.compare import Deviation, Reply, assert_same
+
+__all__ = [
+    "ADD_MEMORY_EMPTY_BODY",
+    "CONTAINER_UPDATE_REFRESHES",
+    "DELETE_BY_QUERY_PROCEEDS",
+    "DEVIATION_LIST",
+    "DIMENSION_CHECKED",
+    "EFFICIENT_FILTERING",
+    "HYBRID_TOTAL",
+    "LONG_TERM_WITHOUT_STRATEGIES",
+    "QUERY_PARSE_ERROR",
+    "UNKNOWN_STRATEGY_404",
+    "WORKING_SESSION_ID_FIELD",
+]
+
+
+def _without(reply: Reply, drop: Any) -> Reply:
+    body = copy.deepcopy(reply.body)
+    drop(body)
+    return Reply(reply.status, body)
+
+
+def _container_update_refreshes(ref: Reply, mp: Reply) -> None:
+    assert "forced_refresh" not in ref.body and mp.body.get("forced_refresh") is True
+    assert_same(ref, _without(mp, lambda b: b.pop("forced_refresh")))
+
+
+CONTAINER_UPDATE_REFRESHES = Deviation(
+    "container-update-refresh",
+    "A container update is refreshed at once (`forced_refresh: true`), so the next `_search` sees it; "
+    "ml-commons 3.6 does not refresh and `_search` returns the old document until the next refresh.",
+    _container_update_refreshes,
+)
+
+
+def _working_session_id_field(ref: Reply, mp: Reply) -> None:
+    def drop(body: dict[str, Any]) -> None:
+        for hit in body["hits"]["hits"]:
+            source = hit["_source"]
+            if "session_id" in source:
+                assert source["session_id"] == source["namespace"]["session_id"]
+                del source["session_id"]
+
+    assert not any("session_id" in h["_source"] for h in ref.body["hits"]["hits"])
+    assert any("session_id" in h["_source"] for h in mp.body["hits"]["hits"])
+    assert_same(ref, _without(mp, drop))
+
+
+WORKING_SESSION_ID_FIELD = Deviation(
+    "working-session-id",
+    "Working memories that belong to a session also carry the top-level `session_id` keyword of "
+    "ml-commons 3.8 (a copy of `namespace.session_id`), which `_search` shows in `_source`; 3.6 stores "
+    "only the namespace.",
+    _working_session_id_field,
+)
+
+
+def _delete_by_query_proceeds(ref: Reply, mp: Reply) -> None:
+    ref_failures = ref.body["failures"]
+    assert all(f["cause"]["type"] == "version_conflict_engine_exception" for f in ref_failures)
+    assert mp.body["failures"] == [] and mp.body["version_conflicts"] == ref.body["version_conflicts"]
+    assert_same(_without(ref, lambda b: b.update(failures=[])), mp)
+
+
+DELETE_BY_QUERY_PROCEEDS = Deviation(
+    "delete-by-query-conflicts",
+    "`_delete_by_query` runs with `conflicts=proceed`: a document changed or deleted meanwhile is "
+    "counted in `version_conflicts` and skipped, not listed in `failures`; ml-commons 3.6 aborts at the "
+    "first conflict and lists it.",
+    _delete_by_query_proceeds,
+)
+
+
+def _hits(reply: Reply) -> list[dict[str, Any]]:
+    return list(reply.body["hits"]["hits"])
+
+
+def _efficient_filtering(ref: Reply, mp: Reply) -> None:
+    ref_hits, mp_hits = _hits(ref), _hits(mp)
+    assert len(mp_hits) > len(ref_hits)
+    # What ml-commons kept of its k candidates are memproxy's best hits, in the same order and scores.
+    assert_same(Reply(ref.status, ref_hits), Reply(mp.status, mp_hits[: len(ref_hits)]))
+
+
+EFFICIENT_FILTERING = Deviation(
+    "efficient-filtering",
+    "`_semantic_search` filters inside the k-NN query and returns min(k, matching) hits; ml-commons 3.6 "
+    "post-filters its k nearest memories of the whole index and can return fewer. Its hits are then "
+    "memproxy's first ones, in the same order with the same scores.",
+    _efficient_filtering,
+    applies=lambda ref, mp: ref.status == 200 and len(_hits(ref)) != len(_hits(mp)),
+)
+
+
+def _hybrid_total(ref: Reply, mp: Reply) -> None:
+    ref_total, mp_total = ref.body["hits"]["total"]["value"], mp.body["hits"]["total"]["value"]
+    assert len(_hits(mp)) <= mp_total < ref_total
+    assert_same(ref, _without(mp, lambda b: b["hits"]["total"].update(value=ref_total)))
+
+
+HYBRID_TOTAL = Deviation(
+    "hybrid-total",
+    "`_hybrid_search` counts in `hits.total` the distinct memories its two legs returned (at most 2k); "
+    "neural-search counts every memory either sub-query matched. Hits, order and scores are the same.",
+    _hybrid_total,
+    applies=lambda ref, mp: ref.status == 200 and ref.body["hits"]["total"] != mp.body["hits"]["total"],
+)
+
+
+def _error(reply: Reply) -> tuple[int, str, str]:
+    return reply.status, reply.error.get("type", ""), reply.error.get("reason", "")
+
+
+def _add_memory_empty_body(ref: Reply, mp: Reply) -> None:
+    assert _error(ref) == (500, "i_o_exception", "Add memory request has empty body")
+    assert _error(mp) == (400, "illegal_argument_exception", "Add memory request has empty body")
+
+
+ADD_MEMORY_EMPTY_BODY = Deviation(
+    "add-memory-empty-body",
+    "Add memory without a body is the caller's mistake: 400 `illegal_argument_exception` with ml-commons' "
+    "reason; ml-commons 3.6 answers 500 `i_o_exception`.",
+    _add_memory_empty_body,
+)
+
+
+def _dimension_checked(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200 and ref.body["status"] == "created"
+    assert _error(mp) == (
+        400,
+        "illegal_argument_exception",
+        "Embedding dimension 768 does not match the dimension of embedding model <embedding_model> (384)",
+    )
+
+
+DIMENSION_CHECKED = Deviation(
+    "dimension-checked",
+    "A container whose `embedding_dimension` differs from its model's is refused (400); ml-commons 3.6 "
+    "creates it, then its extraction fails silently and its semantic search answers 500.",
+    _dimension_checked,
+)
+
+STRATEGIES_NEEDED = (
+    "This memory container does not have any memory strategies configured. Semantic search requires "
+    "long-term memories which are created through memory strategies. Please update the memory container "
+    "configuration to add at least one strategy."
+)
+
+
+def _long_term_without_strategies(ref: Reply, mp: Reply) -> None:
+    if isinstance(ref.body, list):  # the container's indices
+        kinds = [row["index"].rsplit("-memory-", 1)[1] for row in mp.body]
+        assert [row["index"].rsplit("-memory-", 1)[1] for row in ref.body] == ["sessions", "working"]
+        assert kinds == ["history", "long-term", "sessions", "working"]
+    else:  # a semantic search on it
+        assert _error(ref) == (400, "status_exception", STRATEGIES_NEEDED)
+        assert mp.status == 200 and mp.body["hits"]["hits"] == []
+
+
+LONG_TERM_WITHOUT_STRATEGIES = Deviation(
+    "long-term-without-strategies",
+    "A container with an embedding model has long-term memory (and history) even without strategies, and "
+    "`_semantic_search` / `_hybrid_search` serve it: GoodMem spaces are such containers, and memories "
+    "written by `_memproxy_add` or GoodMem are searchable through this API. ml-commons 3.6 creates these "
+    "indices only with strategies and refuses the search (400).",
+    _long_term_without_strategies,
+)
+
+
+def _unknown_strategy_404(ref: Reply, mp: Reply) -> None:
+    assert _error(ref) == (500, "status_exception", "Internal server error")
+    assert _error(mp) == (404, "status_exception", "Strategy with id no-such-strategy not found")
+
+
+UNKNOWN_STRATEGY_404 = Deviation(
+    "unknown-strategy-404",
+    "Updating a strategy id the container does not have answers 404 `Strategy with id <id> not found` "
+    "(ml-commons 3.8's answer); ml-commons 3.6 answers 500 `Internal server error`.",
+    _unknown_strategy_404,
+)
+
+
+def _query_parse_error(ref: Reply, mp: Reply) -> None:
+    assert ref.status == mp.status == 400
+    root = ("type", "reason")
+    assert [{k: c[k] for k in root} for c in ref.error["root_cause"]] == [
+        {k: c[k] for k in root} for c in mp.error["root_cause"]
+    ]
+    assert mp.error["type"] == "x_content_parse_exception"
+    assert mp.error["caused_by"]["type"] == ref.error["type"] == "parsing_exception"
+
+
+QUERY_PARSE_ERROR = Deviation(
+    "query-parse-error",
+    "A caller's query the node cannot parse is reported as the node reports it inside memproxy's "
+    "container-scoped `bool`: the same 400 and `root_cause`, but the top-level error is the node's "
+    "`x_content_parse_exception` around ml-commons' `parsing_exception`, and positions differ.",
+    _query_parse_error,
+)
+
+DEVIATION_LIST: list[Deviation] = [
+    EFFICIENT_FILTERING,
+    LONG_TERM_WITHOUT_STRATEGIES,
+    DIMENSION_CHECKED,
+    ADD_MEMORY_EMPTY_BODY,
+    UNKNOWN_STRATEGY_404,
+    QUERY_PARSE_ERROR,
+    HYBRID_TOTAL,
+    CONTAINER_UPDATE_REFRESHES,
+    WORKING_SESSION_ID_FIELD,
+    DELETE_BY_QUERY_PROCEEDS,
+]

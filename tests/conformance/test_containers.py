@@ -1,0 +1,115 @@
+"""Containers, sessions and working memory: the same calls to ml-commons 3.6 and to memproxy, compared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conformance.compare import Trace, compare_traces
+from tests.conformance.deviations import (
+    CONTAINER_UPDATE_REFRESHES,
+    DELETE_BY_QUERY_PROCEEDS,
+    WORKING_SESSION_ID_FIELD,
+)
+from tests.conformance.sides import MC, Side, new_prefix
+
+
+def both(sides: tuple[Side, Side], flow: Any, *args: Any) -> tuple[Trace, Trace]:
+    ref, mp = sides
+    return flow(ref, *args), flow(mp, *args)
+
+
+def container_lifecycle(side: Side, prefix: str) -> Trace:
+    t = side.trace()
+    ml = side.client.plugins.ml
+    body = {
+        "name": f"{prefix}-full",
+        "description": "every part of the configuration",
+        "configuration": {
+            **side.embedding(),
+            "llm_id": side.llm_id,
+            "index_prefix": prefix,
+            "use_system_index": False,
+            "strategies": [
+                {"type": "SEMANTIC", "namespace": ["user_id"]},
+                {"type": "USER_PREFERENCE", "namespace": ["user_id", "agent_id"]},
+            ],
+            "parameters": {"llm_result_path": "$.choices[0].message.content"},
+        },
+    }
+    created = t.add("create", side.run(lambda c: ml.create_memory_container(body=body)))
+    cid = created.body["memory_container_id"]
+    t.add("get", side.run(lambda c: ml.get_memory_container(memory_container_id=cid)))
+    query = {"query": {"ids": {"values": [cid]}}}
+    t.add("search containers by id", side.call("POST", f"{MC}/_search", query))
+    # constant_score: BM25 statistics of the container index differ between the two clusters.
+    query = {"query": {"constant_score": {"filter": {"match_phrase": {"name": f"{prefix}-full"}}}}}
+    t.add("search containers by name", side.call("GET", f"{MC}/_search", query))
+    update = {"name": f"{prefix}-renamed", "description": "renamed"}
+    t.add("update", side.run(lambda c: ml.update_memory_container(memory_container_id=cid, body=update)))
+    t.add("get after update", side.call("GET", f"{MC}/{cid}"))
+    t.add("indices", side.call("GET", f"/_cat/indices/{prefix}-*", params={"format": "json", "h": "index"}))
+    params = {"delete_all_memories": "true"}
+    t.add("delete", side.run(lambda c: ml.delete_memory_container(memory_container_id=cid, params=params)))
+    t.add("get after delete", side.call("GET", f"{MC}/{cid}"))
+    return t
+
+
+def test_container_lifecycle(sides: tuple[Side, Side]) -> None:
+    prefix = new_prefix("life")
+    compare_traces(*both(sides, container_lifecycle, prefix), {"update": CONTAINER_UPDATE_REFRESHES})
+
+
+def sessions_and_working(side: Side, prefix: str) -> Trace:
+    t = side.trace()
+    ml = side.client.plugins.ml
+    body = {"name": prefix, "configuration": {"index_prefix": prefix, "use_system_index": False}}
+    cid = t.add("create", side.call("POST", f"{MC}/_create", body)).body["memory_container_id"]
+    base = f"{MC}/{cid}/memories"
+    session = {"namespace": {"user_id": "u1"}, "summary": "about tea", "metadata": {"topic": "tea"}}
+    sid = t.add("create session", side.call("POST", f"{base}/sessions", session)).body["session_id"]
+    t.add("get session", side.call("GET", f"{base}/sessions/{sid}"))
+    conversational = {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "I only drink green tea."}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Noted: green tea."}]},
+        ],
+        "namespace": {"user_id": "u1", "session_id": sid},
+        "tags": {"topic": "tea", "turn": 1},
+        "metadata": {"source": "chat"},
+    }
+    added = t.add(
+        "add conversational",
+        side.run(lambda c: ml.add_agentic_memory(memory_container_id=cid, body=conversational)),
+    )
+    wid = added.body["working_memory_id"]
+    data = {"structured_data": {"favourite": "tea", "cups": 3}, "payload_type": "data",
+            "namespace": {"user_id": "u1"}}  # fmt: skip
+    t.add("add data", side.call("POST", base, data))
+    t.add("get working", side.call("GET", f"{base}/working/{wid}"))
+    t.add("update working", side.call("PUT", f"{base}/working/{wid}", {"tags": {"topic": "coffee"}}))
+    t.add("get working after update", side.call("GET", f"{base}/working/{wid}"))
+    search = {"query": {"match_all": {}}, "sort": [{"created_time": "asc"}]}
+    t.add("search working", side.call("POST", f"{base}/working/_search", search))
+    t.add("search sessions", side.call("GET", f"{base}/sessions/_search", {"query": {"match_all": {}}}))
+    t.add("update session", side.call("PUT", f"{base}/sessions/{sid}", {"summary": "about coffee"}))
+    t.add("get session after update", side.call("GET", f"{base}/sessions/{sid}"))
+    t.add("get long-term (disabled)", side.call("GET", f"{base}/long-term/nothing"))
+    t.add("get history (disabled)", side.call("GET", f"{base}/history/nothing"))
+    t.add("get missing working", side.call("GET", f"{base}/working/nothing"))
+    t.add("delete working", side.call("DELETE", f"{base}/working/{wid}"))
+    t.add("get deleted working", side.call("GET", f"{base}/working/{wid}"))
+    dbq = {"query": {"term": {"namespace.user_id": "u1"}}}
+    t.add("delete_by_query working", side.call("POST", f"{base}/working/_delete_by_query", dbq))
+    t.add("search working after delete", side.call("POST", f"{base}/working/_search", search))
+    t.add("delete session", side.call("DELETE", f"{base}/sessions/{sid}"))
+    t.add("delete", side.call("DELETE", f"{MC}/{cid}", params={"delete_all_memories": "true"}))
+    return t
+
+
+def test_sessions_and_working_memory(sides: tuple[Side, Side]) -> None:
+    prefix = new_prefix("work")
+    deviations = {
+        "search working": WORKING_SESSION_ID_FIELD,
+        "delete_by_query working": DELETE_BY_QUERY_PROCEEDS,
+    }
+    compare_traces(*both(sides, sessions_and_working, prefix), deviations)

@@ -1,0 +1,1 @@
+"""Test doubles that stand in for services at the network edge (see fake_llm.py)."""
