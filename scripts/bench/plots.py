@@ -3,7 +3,9 @@
 - ``latency-vs-concurrency.png`` (overhead.json): p50 / p99 of both APIs and the embed + knn baseline;
 - ``ingest-throughput.png`` (ingest.json): memories/s of every path against the embedding-bound ceiling;
 - ``recall-vs-selectivity.png`` (scale*.json): recall@10 and the count rule by the share of matching memories;
-- ``recall-vs-ef-search.png`` (scale*.json with ``--ef-sweep``): recall and latency of the broad filters.
+- ``recall-vs-ef-search.png`` (scale*.json with ``--ef-sweep``): recall and latency of the broad filters;
+- ``mlcommons-side-by-side.png`` (mlcommons.json): memproxy next to the real ml-commons 3.6: latency,
+  ingest, recall@10 and hits per answer by namespace size.
 
 A chart whose results are missing is skipped with a note; nothing is invented.
 
@@ -158,6 +160,87 @@ def ef_chart(runs: list[tuple[str, dict[str, Any]]]) -> None:
     save(fig, "recall-vs-ef-search.png")
 
 
+SIDE_COLORS = {"memproxy": "#4a7ab5", "ml-commons": "#d08a3a"}
+
+
+def _bars(ax: Any, groups: Sequence[str], values: dict[str, Sequence[float]], fmt: str = "{:.0f}") -> None:
+    """Bars of both sides next to each other for every group, each labelled with its value."""
+    width = 0.38
+    for j, (side, vals) in enumerate(values.items()):
+        xs = [i + (j - 0.5) * width for i in range(len(groups))]
+        bars = ax.bar(xs, vals, width, label=side, color=SIDE_COLORS.get(side))
+        for bar, v in zip(bars, vals, strict=True):
+            ax.text(
+                bar.get_x() + width / 2, bar.get_height(), fmt.format(v), ha="center", va="bottom", fontsize=7
+            )
+    ax.set_xticks(range(len(groups)), labels=list(groups))
+    ax.grid(alpha=0.3, axis="y")
+
+
+def mlcommons_chart(data: dict[str, Any]) -> None:
+    sides = ("memproxy", "ml-commons")
+    k = data["params"]["k"]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.6))
+    lat = {(r["concurrency"], r["side"]): r for r in data["latency"]}
+    levels = sorted({c for c, _ in lat})
+    groups = [f"{p} @ {c}" for c in levels for p in ("p50", "p99")]
+    values = {s: [lat[(c, s)][f"{p} ms"] for c in levels for p in ("p50", "p99")] for s in sides}
+    _bars(axes[0][0], groups, values)
+    ratios = ", ".join(
+        f"{g}: {a / b:.2f}x" for g, a, b in zip(groups, values["memproxy"], values["ml-commons"], strict=True)
+    )
+    axes[0][0].set_title(
+        f"_semantic_search latency (ms) by concurrency\nmemproxy / ml-commons: {ratios}", fontsize=9
+    )
+    axes[0][0].set_ylabel("ms")
+    axes[0][0].legend(fontsize=8)
+
+    rates = {r["side"]: r["memories/s"] for r in data["ingest"]}
+    ax = axes[0][1]
+    bars = ax.bar(list(sides), [rates[s] for s in sides], color=[SIDE_COLORS[s] for s in sides], width=0.5)
+    for bar, s in zip(bars, sides, strict=True):
+        ax.text(bar.get_x() + 0.25, bar.get_height(), f"{rates[s]:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(
+        range(2),
+        labels=[
+            "memproxy _memproxy_bulk",
+            "ml-commons _bulk + ingest pipeline\n(embeds via memproxy over HTTP)",
+        ],
+    )
+    ax.set_ylabel("memories per second")
+    ax.set_title(
+        f"ingest, {data['params']['n']:,} memories: {rates['memproxy'] / rates['ml-commons']:.2f}x",
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3, axis="y")
+
+    quality = {(r["side"], r["namespaces"]): r for r in data["quality"]}
+    classes = ["large", "medium", "small", "all"]
+    memories = data["corpus"]["memories"]
+    users = data["corpus"]["users"]
+    labels = [f"{c}\n({users[c]} users, {memories[c]} mem.)" if c in users else c for c in classes]
+    _bars(axes[1][0], labels, {s: [quality[(s, c)][f"recall@{k}"] for c in classes] for s in sides}, "{:.2f}")
+    axes[1][0].set_ylim(0, 1.12)
+    axes[1][0].set_ylabel(f"mean recall@{k}")
+    axes[1][0].set_title(f"recall@{k} vs exact oracle within the namespace, by namespace size", fontsize=9)
+    axes[1][0].legend(fontsize=8)
+
+    ax = axes[1][1]
+    _bars(ax, labels, {s: [quality[(s, c)]["mean hits"] for c in classes] for s in sides}, "{:.1f}")
+    expected = [quality[("memproxy", c)]["mean min(k, matching)"] for c in classes]
+    post = [quality[("ml-commons", c)]["mean hits if post-filtered"] for c in classes]
+    ax.scatter(
+        range(len(classes)), expected, marker="_", s=900, color="k", zorder=3, label="min(k, matching)"
+    )
+    ax.scatter(
+        range(len(classes)), post, marker="x", color="r", zorder=3, label="exact top k, then post-filter"
+    )
+    ax.set_ylabel(f"hits per answer (k={k})")
+    ax.set_title(f"hits returned for k={k}, by namespace size", fontsize=9)
+    ax.legend(fontsize=7)
+    save(fig, "mlcommons-side-by-side.png")
+
+
 def scale_runs(names: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     runs = []
     for name in names:
@@ -180,11 +263,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="scale,scale-lowrank,scale-300k,scale-1m-lowrank-ef",
         help="comma-separated results/<name>.json of scale runs with --ef-sweep",
     )
+    p.add_argument("--mlcommons", default="mlcommons", help="results/<name>.json of the side-by-side run")
     args = p.parse_args(argv)
     if (overhead := load("overhead")) is not None:
         latency_chart(overhead)
     if (ingest := load("ingest")) is not None:
         ingest_chart(ingest)
+    if (side_by_side := load(args.mlcommons)) is not None:
+        mlcommons_chart(side_by_side)
     runs = scale_runs([n for n in args.scale.split(",") if n])
     if runs:
         recall_chart(runs)
