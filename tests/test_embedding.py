@@ -178,10 +178,12 @@ async def test_default_path_parity_with_sentence_transformers(
 
 
 @async_test
-async def test_count_tokens_is_what_the_model_reads(fp32: Embedder) -> None:
+async def test_embed_counted_counts_what_the_model_reads(fp32: Embedder) -> None:
     features = oracle_model().tokenize(TEXTS)  # special tokens included, truncated at max_seq_length
-    assert await fp32.count_tokens(TEXTS) == features["attention_mask"].sum(dim=1).tolist()
-    assert await fp32.count_tokens(TEXTS * 2) == features["attention_mask"].sum(dim=1).tolist() * 2
+    vectors, counts = await fp32.embed_counted(TEXTS)
+    assert counts == features["attention_mask"].sum(dim=1).tolist()
+    assert np.allclose(vectors, await fp32.embed(TEXTS), atol=1e-5)
+    assert (await fp32.embed_counted(TEXTS * 2))[1] == counts * 2
 
 
 @async_test

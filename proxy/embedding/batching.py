@@ -139,9 +139,13 @@ class Embedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors for ``texts``, in input order; unit length when the model normalises."""
+        return (await self.embed_counted(texts))[0]
+
+    async def embed_counted(self, texts: Sequence[str]) -> tuple[list[list[float]], list[int]]:
+        """The vectors, and the tokens the model read per text (special tokens in, after truncation)."""
         batch = _as_texts(texts)
         if not batch:
-            return []
+            return [], []
         self._reserve(len(batch))
         try:
             token_ids = await self._tokenize(batch)
@@ -155,14 +159,10 @@ class Embedder:
         self._queue.extend(_Item(request, i, ids) for i, ids in enumerate(token_ids))
         self._wake.set()
         try:
-            return await request.future
+            return await request.future, [len(ids) for ids in token_ids]
         except asyncio.CancelledError:
             self._release(request)
             raise
-
-    async def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Tokens the model reads per text: special tokens included, truncated at ``max_tokens``."""
-        return [len(ids) for ids in await self._tokenize(_as_texts(texts))]
 
     def _reserve(self, count: int) -> None:
         if self._closed or self._task is None:

@@ -173,7 +173,7 @@ def _bars(ax: Any, groups: Sequence[str], values: dict[str, Sequence[float]], fm
             ax.text(
                 bar.get_x() + width / 2, bar.get_height(), fmt.format(v), ha="center", va="bottom", fontsize=7
             )
-    ax.set_xticks(range(len(groups)), labels=list(groups))
+    ax.set_xticks(range(len(groups)), labels=list(groups), fontsize=8)
     ax.grid(alpha=0.3, axis="y")
 
 
@@ -187,10 +187,12 @@ def mlcommons_chart(data: dict[str, Any]) -> None:
     values = {s: [lat[(c, s)][f"{p} ms"] for c in levels for p in ("p50", "p99")] for s in sides}
     _bars(axes[0][0], groups, values)
     ratios = ", ".join(
-        f"{g}: {a / b:.2f}x" for g, a, b in zip(groups, values["memproxy"], values["ml-commons"], strict=True)
+        f"{g} {a / b:.2f}" for g, a, b in zip(groups, values["memproxy"], values["ml-commons"], strict=True)
     )
     axes[0][0].set_title(
-        f"_semantic_search latency (ms) by concurrency\nmemproxy / ml-commons: {ratios}", fontsize=9
+        f"_semantic_search latency (ms) at concurrency {', '.join(map(str, levels))}\n"
+        f"memproxy ÷ ml-commons: {ratios}",
+        fontsize=9,
     )
     axes[0][0].set_ylabel("ms")
     axes[0][0].legend(fontsize=8)
@@ -218,7 +220,7 @@ def mlcommons_chart(data: dict[str, Any]) -> None:
     classes = ["large", "medium", "small", "all"]
     memories = data["corpus"]["memories"]
     users = data["corpus"]["users"]
-    labels = [f"{c}\n({users[c]} users, {memories[c]} mem.)" if c in users else c for c in classes]
+    labels = [f"{c}\n{users[c]} users\n{memories[c]} memories" if c in users else c for c in classes]
     _bars(axes[1][0], labels, {s: [quality[(s, c)][f"recall@{k}"] for c in classes] for s in sides}, "{:.2f}")
     axes[1][0].set_ylim(0, 1.12)
     axes[1][0].set_ylabel(f"mean recall@{k}")

@@ -83,8 +83,8 @@ async def embeddings(request: web.Request) -> web.Response:
             "or left out (vectors are never truncated).",
             details={"param": "dimensions"},
         )
-    vectors = await embedder.embed(body.input)
-    tokens = sum(await embedder.count_tokens(body.input))
+    vectors, counts = await embedder.embed_counted(body.input)
+    tokens = sum(counts)
     data = await _data(vectors, base64_encoded=body.encoding_format == "base64")
     usage = _dumps({"prompt_tokens": tokens, "total_tokens": tokens})
     text = f'{{"object":"list","data":{data},"model":{_dumps(body.model)},"usage":{usage}}}'
