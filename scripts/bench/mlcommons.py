@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -124,6 +125,7 @@ class Side:
     node: Node  # the node that holds the side's index
     index: str
     container_id: str = ""
+    ingest_took_ms: int = 0  # the reference's ingest pipeline time, summed over its _bulk answers
 
     @property
     def long_term(self) -> str:
@@ -165,6 +167,7 @@ def writer(side: Side, corpus: Corpus, rows: range, strategy_id: str) -> Callabl
         if answer.get("errors"):
             first = next(i for i in answer["items"] if next(iter(i.values())).get("error"))
             raise RuntimeError(f"ml-commons bulk item failed: {first}")
+        side.ingest_took_ms += int(answer.get("ingest_took", 0))
         return len(answer["items"])
 
     return memproxy if side.name == "memproxy" else ml_commons
@@ -300,6 +303,7 @@ class IngestTally:
     memories: int = 0
     seconds: float = 0.0
     rounds: list[float] = field(default_factory=list)  # memories/s per round
+    pipeline_s: float | None = None  # the reference's ingest pipeline time (embedding), summed per request
 
     @property
     def rate(self) -> float:
@@ -329,6 +333,7 @@ async def ingest(
             t = tallies[name]
             t.memories, t.seconds = t.memories + sum(written), t.seconds + elapsed
             t.rounds.append(sum(written) / elapsed)
+    tallies["ml-commons"].pipeline_s = sides["ml-commons"].ingest_took_ms / 1000
     return tallies
 
 
@@ -443,6 +448,7 @@ def report(
             "seconds": t.seconds,
             "memories/s": t.rate,
             "per-round memories/s": ", ".join(f"{x:.0f}" for x in t.rounds),
+            "ingest pipeline s": t.pipeline_s,
         }
         for name, t in ingested.items()
     ]
@@ -549,6 +555,7 @@ def report(
 
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
+    load_at_start = os.getloadavg()
     tag = uuid.uuid4().hex[:8]
     prefix = f"memproxy-bench-mlc-{tag}"
     corpus = make_corpus(args.n, args.queries, args.seed)
@@ -666,7 +673,7 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     )
     return {
         "params": vars(args),
-        "machine": machine_info(),
+        "machine": {**machine_info(), "load_avg_at_start": load_at_start},
         "versions": versions,
         "heap_max_bytes": heaps,
         "embedder": embedder,
@@ -692,8 +699,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--n", type=int, default=2000, help="memories written on each side")
     p.add_argument("--queries", type=int, default=300, help="distinct (query, namespace) pairs")
-    p.add_argument("--requests", type=int, default=100, help="requests per side, round and concurrency level")
-    p.add_argument("--rounds", type=int, default=6, help="interleaved latency rounds per concurrency level")
+    p.add_argument("--requests", type=int, default=125, help="requests per side, round and concurrency level")
+    p.add_argument("--rounds", type=int, default=8, help="interleaved latency rounds per concurrency level")
     p.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8])
     p.add_argument("--ingest-rounds", type=int, default=4, help="interleaved ingest rounds")
     p.add_argument("--batch", type=int, default=100, help="memories per write request")
