@@ -47,7 +47,8 @@ def container_lifecycle(side: Side, prefix: str) -> Trace:
     update = {"name": f"{prefix}-renamed", "description": "renamed"}
     t.add("update", side.run(lambda c: ml.update_memory_container(memory_container_id=cid, body=update)))
     t.add("get after update", side.call("GET", f"{MC}/{cid}"))
-    t.add("indices", side.call("GET", f"/_cat/indices/{prefix}-*", params={"format": "json", "h": "index", "s": "index"}))
+    listing = {"format": "json", "h": "index", "s": "index"}
+    t.add("indices", side.call("GET", f"/_cat/indices/{prefix}-*", params=listing))
     params = {"delete_all_memories": "true"}
     t.add("delete", side.run(lambda c: ml.delete_memory_container(memory_container_id=cid, params=params)))
     t.add("get after delete", side.call("GET", f"{MC}/{cid}"))
