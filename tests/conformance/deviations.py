@@ -22,7 +22,7 @@ __all__ = [
     "HYBRID_TOTAL",
     "LONG_TERM_WITHOUT_STRATEGIES",
     "QUERY_PARSE_ERROR",
-    "UNKNOWN_STRATEGY_404",
+    "UPDATE_ERRORS_4XX",
     "WORKING_SESSION_ID_FIELD",
 ]
 
@@ -180,16 +180,21 @@ LONG_TERM_WITHOUT_STRATEGIES = Deviation(
 )
 
 
-def _unknown_strategy_404(ref: Reply, mp: Reply) -> None:
+def _update_errors_4xx(ref: Reply, mp: Reply) -> None:
     assert _error(ref) == (500, "status_exception", "Internal server error")
-    assert _error(mp) == (404, "status_exception", "Strategy with id no-such-strategy not found")
+    status, etype, reason = _error(mp)
+    assert 400 <= status < 500 and etype in {"illegal_argument_exception", "status_exception"}
+    assert reason and reason != "Internal server error"
 
 
-UNKNOWN_STRATEGY_404 = Deviation(
-    "unknown-strategy-404",
-    "Updating a strategy id the container does not have answers 404 `Strategy with id <id> not found` "
-    "(ml-commons 3.8's answer); ml-commons 3.6 answers 500 `Internal server error`.",
-    _unknown_strategy_404,
+UPDATE_ERRORS_4XX = Deviation(
+    "update-errors-4xx",
+    "A container update ml-commons refuses (an unknown strategy id, a strategy's type changed, the "
+    "embedding changed once strategies exist) answers the 4xx and message ml-commons' own check raises "
+    "(404 `Strategy with id <id> not found`, 400 `Cannot change strategy type from <A> to <B> for strategy "
+    "<id>`, 400 `Cannot change embedding configuration once strategies are configured. …`, as 3.8 "
+    "answers); ml-commons 3.6 wraps each in 500 `Internal server error`.",
+    _update_errors_4xx,
 )
 
 
@@ -216,7 +221,7 @@ DEVIATION_LIST: list[Deviation] = [
     LONG_TERM_WITHOUT_STRATEGIES,
     DIMENSION_CHECKED,
     ADD_MEMORY_EMPTY_BODY,
-    UNKNOWN_STRATEGY_404,
+    UPDATE_ERRORS_4XX,
     QUERY_PARSE_ERROR,
     HYBRID_TOTAL,
     CONTAINER_UPDATE_REFRESHES,

@@ -8,6 +8,7 @@ from tests.conformance.compare import Trace, compare_traces
 from tests.conformance.deviations import (
     CONTAINER_UPDATE_REFRESHES,
     DELETE_BY_QUERY_PROCEEDS,
+    UPDATE_ERRORS_4XX,
     WORKING_SESSION_ID_FIELD,
 )
 from tests.conformance.sides import MC, Side, new_prefix
@@ -114,3 +115,60 @@ def test_sessions_and_working_memory(sides: tuple[Side, Side]) -> None:
         "delete_by_query working": DELETE_BY_QUERY_PROCEEDS,
     }
     compare_traces(*both(sides, sessions_and_working, prefix), deviations)
+
+
+def configuration_changes(side: Side, prefix: str) -> Trace:
+    t = side.trace()
+    semantic = {"type": "SEMANTIC", "namespace": ["user_id"]}
+    configuration = {"index_prefix": prefix, "use_system_index": False, "strategies": [semantic]}
+    body = {"name": prefix, "configuration": {**side.embedding(), "llm_id": side.llm_id, **configuration}}
+    cid = t.add("create", side.call("POST", f"{MC}/_create", body)).body["memory_container_id"]
+    strategy = t.add("get", side.call("GET", f"{MC}/{cid}")).body["configuration"]["strategies"][0]
+    more = {
+        "configuration": {"strategies": [{"type": "USER_PREFERENCE", "namespace": ["user_id", "agent_id"]}]}
+    }
+    t.add("add a strategy", side.call("PUT", f"{MC}/{cid}", more))
+    t.add("get with two strategies", side.call("GET", f"{MC}/{cid}"))
+    off = {"configuration": {"strategies": [{"id": strategy["id"], "type": "SEMANTIC", "enabled": False}]}}
+    t.add("disable a strategy", side.call("PUT", f"{MC}/{cid}", off))
+    retype = {"configuration": {"strategies": [{"id": strategy["id"], "type": "SUMMARY"}]}}
+    t.add("change a strategy's type", side.call("PUT", f"{MC}/{cid}", retype))
+    embedding = {"configuration": {**side.embedding(), "embedding_dimension": 768}}
+    t.add("change the embedding", side.call("PUT", f"{MC}/{cid}", embedding))
+    t.add("get after changes", side.call("GET", f"{MC}/{cid}"))
+    base = f"{MC}/{cid}/memories"
+    custom = {"session_id": f"{prefix}-s1", "summary": "first"}
+    t.add("create custom session", side.call("POST", f"{base}/sessions", custom))
+    t.add(
+        "create custom session again", side.call("POST", f"{base}/sessions", {**custom, "summary": "second"})
+    )
+    t.add("get custom session", side.call("GET", f"{base}/sessions/{prefix}-s1"))
+    data = {
+        "binary_data": "aGVsbG8=",
+        "payload_type": "data",
+        "namespace": {"agent_id": "a1"},
+        "tags": {"n": 7},
+    }
+    wid = t.add("add binary data", side.call("POST", base, data)).body["working_memory_id"]
+    t.add("get binary data", side.call("GET", f"{base}/working/{wid}"))
+    t.add(
+        "search with GET", side.call("GET", f"{base}/working/_search", {"query": {"term": {"tags.n": "7"}}})
+    )
+    params = {"delete_memories": "working"}
+    t.add("delete keeping sessions", side.call("DELETE", f"{MC}/{cid}", params=params))
+    t.add(
+        "indices left",
+        side.call("GET", f"/_cat/indices/{prefix}-*", params={"format": "json", "h": "index", "s": "index"}),
+    )
+    return t
+
+
+def test_configuration_changes_sessions_and_data(sides: tuple[Side, Side]) -> None:
+    prefix = new_prefix("conf")
+    deviations = {
+        "add a strategy": CONTAINER_UPDATE_REFRESHES,
+        "disable a strategy": CONTAINER_UPDATE_REFRESHES,
+        "change a strategy's type": UPDATE_ERRORS_4XX,
+        "change the embedding": UPDATE_ERRORS_4XX,
+    }
+    compare_traces(*both(sides, configuration_changes, prefix), deviations)

@@ -16,7 +16,7 @@ from tests.conformance.deviations import (
     DIMENSION_CHECKED,
     LONG_TERM_WITHOUT_STRATEGIES,
     QUERY_PARSE_ERROR,
-    UNKNOWN_STRATEGY_404,
+    UPDATE_ERRORS_4XX,
 )
 from tests.conformance.sides import MC, Side, new_prefix
 
@@ -153,7 +153,7 @@ def error_traces(sides: tuple[Side, Side]) -> tuple[Trace, Trace]:
 def test_error_catalogue(error_traces: tuple[Trace, Trace]) -> None:
     deviations = {
         "add memory no body": ADD_MEMORY_EMPTY_BODY,
-        "update unknown strategy": UNKNOWN_STRATEGY_404,
+        "update unknown strategy": UPDATE_ERRORS_4XX,
         "search bad query": QUERY_PARSE_ERROR,
         "create dimension mismatch": DIMENSION_CHECKED,
         "indices of embedded": LONG_TERM_WITHOUT_STRATEGIES,
