@@ -22,7 +22,7 @@ namespaces of mixed sizes: a few users with many memories, many users with few. 
 4. the mean number of hits for k=10: ml-commons post-filters the top k of the whole index, memproxy filters
    inside the knn query, so the answers differ in size where a namespace is small.
 
-    .venv/bin/python -m scripts.bench.mlcommons --embed-threads 1          # 2 000 memories, ~5 min here
+    .venv/bin/python -m scripts.bench.mlcommons --embed-threads 1          # 2 000 memories, ~2 min here
     .venv/bin/python -m scripts.bench.mlcommons --quick                    # smoke run
 """
 
@@ -185,7 +185,7 @@ def searcher(side: Side, text: str, user: str, k: int) -> Callable[[], Awaitable
 
 
 def _order(r: int) -> tuple[str, str]:
-    """ABAB…: memproxy first in even rounds, ml-commons first in odd ones."""
+    """ABAB…: memproxy first in rounds 1, 3, 5… (r = 0, 2, 4…), ml-commons first in the others."""
     return SIDES if r % 2 == 0 else (SIDES[1], SIDES[0])
 
 
@@ -699,8 +699,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--n", type=int, default=2000, help="memories written on each side")
     p.add_argument("--queries", type=int, default=300, help="distinct (query, namespace) pairs")
-    p.add_argument("--requests", type=int, default=125, help="requests per side, round and concurrency level")
-    p.add_argument("--rounds", type=int, default=8, help="interleaved latency rounds per concurrency level")
+    p.add_argument("--requests", type=int, default=100, help="requests per side, round and concurrency level")
+    p.add_argument("--rounds", type=int, default=10, help="interleaved latency rounds per concurrency level")
     p.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8])
     p.add_argument("--ingest-rounds", type=int, default=4, help="interleaved ingest rounds")
     p.add_argument("--batch", type=int, default=100, help="memories per write request")

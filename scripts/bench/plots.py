@@ -222,10 +222,11 @@ def mlcommons_chart(data: dict[str, Any]) -> None:
     users = data["corpus"]["users"]
     labels = [f"{c}\n{users[c]} users\n{memories[c]} memories" if c in users else c for c in classes]
     _bars(axes[1][0], labels, {s: [quality[(s, c)][f"recall@{k}"] for c in classes] for s in sides}, "{:.2f}")
-    axes[1][0].set_ylim(0, 1.12)
+    axes[1][0].set_ylim(0, 1.4)
+    axes[1][0].set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     axes[1][0].set_ylabel(f"mean recall@{k}")
     axes[1][0].set_title(f"recall@{k} vs exact oracle within the namespace, by namespace size", fontsize=9)
-    axes[1][0].legend(fontsize=8)
+    axes[1][0].legend(fontsize=8, loc="upper center", ncol=2)
 
     ax = axes[1][1]
     _bars(ax, labels, {s: [quality[(s, c)]["mean hits"] for c in classes] for s in sides}, "{:.1f}")
@@ -250,7 +251,8 @@ def mlcommons_chart(data: dict[str, Any]) -> None:
     )
     ax.set_ylabel(f"hits per answer (k={k})")
     ax.set_title(f"hits per answer for k={k}, by namespace size", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, k * 1.4)
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
     save(fig, "mlcommons-side-by-side.png")
 
 
