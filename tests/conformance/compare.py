@@ -8,7 +8,9 @@ Answers are normalised before they are compared:
   ids, memproxy UUIDs); the model ids a side was configured with become ``<embedding_model>`` / ``<llm>``;
 - timestamps, ``took`` and the node's bookkeeping (``_seq_no``, ``_primary_term``, ``_version``, ``_shards``)
   keep only their type;
-- floats are compared within 1e-3 (scores are computed by two different engines).
+- floats are compared within 1e-3 (scores are computed by two different engines);
+- a container's ``strategies`` are compared as a set (sorted by type and namespace): ml-commons 3.6 keeps
+  them in hash order after an update, so their order differs from one run to the next on its own side.
 
 Everything else must be equal: status, keys, nesting, value types and values, list lengths and order, error
 ``type`` and ``reason``. A call that differs on purpose names a :class:`Deviation`, whose check asserts the
@@ -134,7 +136,10 @@ def normalise(body: Any, known: dict[str, str]) -> Any:
         if isinstance(value, dict):
             return {k: walk(v, k) for k, v in value.items()}
         if isinstance(value, list):
-            return [walk(v, key) for v in value]
+            items = [walk(v, key) for v in value]
+            if key == "strategies" and all(isinstance(v, dict) for v in items):
+                items.sort(key=lambda v: (str(v.get("type")), json.dumps(v.get("namespace"))))
+            return items
         if isinstance(value, str) and pattern is not None:
             return pattern.sub(lambda m: known[m.group(0)], value)
         return value

@@ -14,9 +14,10 @@ from opensearchpy.exceptions import TransportError
 
 from tests.conformance.compare import Reply, Trace
 
-__all__ = ["MC", "Side", "new_prefix"]
+__all__ = ["MC", "SEMANTIC", "Side", "both", "new_prefix"]
 
 MC = "/_plugins/_ml/memory_containers"
+SEMANTIC = {"type": "SEMANTIC", "namespace": ["user_id"]}
 
 
 def new_prefix(label: str) -> str:
@@ -51,6 +52,17 @@ class Side:
             "embedding_dimension": 384,
         }
 
+    def configuration(self, prefix: str, **extra: Any) -> dict[str, Any]:
+        """A container with this side's models and one SEMANTIC strategy, on private non-system indices."""
+        return {
+            **self.embedding(),
+            "llm_id": self.llm_id,
+            "index_prefix": prefix,
+            "use_system_index": False,
+            "strategies": [SEMANTIC],
+            **extra,
+        }
+
     def run(self, fn: Callable[[OpenSearch], Any]) -> Reply:
         """A client call (``client.plugins.ml.*``); opensearch-py hides a success's status, which is 200."""
         try:
@@ -67,6 +79,12 @@ class Side:
         except TransportError as exc:
             return _error_reply(exc)
         return Reply(status, json.loads(raw) if raw else None)
+
+
+def both(sides: tuple[Side, Side], flow: Callable[..., Trace], *args: Any) -> tuple[Trace, Trace]:
+    """The same flow on ml-commons, then on memproxy."""
+    ref, mp = sides
+    return flow(ref, *args), flow(mp, *args)
 
 
 def _error_reply(exc: TransportError) -> Reply:

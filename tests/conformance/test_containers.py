@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.conformance.compare import Trace, compare_traces
 from tests.conformance.deviations import (
     CONTAINER_UPDATE_REFRESHES,
@@ -11,12 +9,7 @@ from tests.conformance.deviations import (
     UPDATE_ERRORS_4XX,
     WORKING_SESSION_ID_FIELD,
 )
-from tests.conformance.sides import MC, Side, new_prefix
-
-
-def both(sides: tuple[Side, Side], flow: Any, *args: Any) -> tuple[Trace, Trace]:
-    ref, mp = sides
-    return flow(ref, *args), flow(mp, *args)
+from tests.conformance.sides import MC, Side, both, new_prefix
 
 
 def container_lifecycle(side: Side, prefix: str) -> Trace:
@@ -40,11 +33,11 @@ def container_lifecycle(side: Side, prefix: str) -> Trace:
     created = t.add("create", side.run(lambda c: ml.create_memory_container(body=body)))
     cid = created.body["memory_container_id"]
     t.add("get", side.run(lambda c: ml.get_memory_container(memory_container_id=cid)))
-    query = {"query": {"ids": {"values": [cid]}}}
-    t.add("search containers by id", side.call("POST", f"{MC}/_search", query))
+    by_id = {"query": {"ids": {"values": [cid]}}}
+    t.add("search containers by id", side.call("POST", f"{MC}/_search", by_id))
     # constant_score: BM25 statistics of the container index differ between the two clusters.
-    query = {"query": {"constant_score": {"filter": {"match_phrase": {"name": f"{prefix}-full"}}}}}
-    t.add("search containers by name", side.call("GET", f"{MC}/_search", query))
+    by_name = {"query": {"constant_score": {"filter": {"match_phrase": {"name": f"{prefix}-full"}}}}}
+    t.add("search containers by name", side.call("GET", f"{MC}/_search", by_name))
     update = {"name": f"{prefix}-renamed", "description": "renamed"}
     t.add("update", side.run(lambda c: ml.update_memory_container(memory_container_id=cid, body=update)))
     t.add("get after update", side.call("GET", f"{MC}/{cid}"))
@@ -119,9 +112,7 @@ def test_sessions_and_working_memory(sides: tuple[Side, Side]) -> None:
 
 def configuration_changes(side: Side, prefix: str) -> Trace:
     t = side.trace()
-    semantic = {"type": "SEMANTIC", "namespace": ["user_id"]}
-    configuration = {"index_prefix": prefix, "use_system_index": False, "strategies": [semantic]}
-    body = {"name": prefix, "configuration": {**side.embedding(), "llm_id": side.llm_id, **configuration}}
+    body = {"name": prefix, "configuration": side.configuration(prefix)}
     cid = t.add("create", side.call("POST", f"{MC}/_create", body)).body["memory_container_id"]
     strategy = t.add("get", side.call("GET", f"{MC}/{cid}")).body["configuration"]["strategies"][0]
     more = {

@@ -18,10 +18,10 @@ from tests.conformance.deviations import (
     QUERY_PARSE_ERROR,
     UPDATE_ERRORS_4XX,
 )
-from tests.conformance.sides import MC, Side, new_prefix
+from tests.conformance.sides import MC, SEMANTIC, Side, both, new_prefix
 
 MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "I like tea."}]}]
-ALL = {"query": {"match_all": {}}}
+ALL: dict[str, Any] = {"query": {"match_all": {}}}
 NONE = "/no-such-container"
 SMART_LT = "/{smart}/memories/long-term"
 EMBEDDING = {
@@ -29,7 +29,6 @@ EMBEDDING = {
     "embedding_model_id": "no-such-model",
     "embedding_dimension": 384,
 }
-SEMANTIC = {"type": "SEMANTIC", "namespace": ["user_id"]}
 
 
 def _containers(side: Side, t: Trace, prefix: str) -> dict[str, str]:
@@ -42,15 +41,7 @@ def _containers(side: Side, t: Trace, prefix: str) -> dict[str, str]:
     return {
         "plain": create("plain", {"index_prefix": f"{prefix}-plain"}),
         "nosession": create("nosession", {"index_prefix": f"{prefix}-nos", "disable_session": True}),
-        "smart": create(
-            "smart",
-            {
-                **side.embedding(),
-                "llm_id": side.llm_id,
-                "index_prefix": f"{prefix}-smart",
-                "strategies": [{"type": "SEMANTIC", "namespace": ["user_id"]}],
-            },
-        ),
+        "smart": create("smart", side.configuration(f"{prefix}-smart")),
         "embedded": create("embedded", {**side.embedding(), "index_prefix": f"{prefix}-emb"}),
     }
 
@@ -145,9 +136,7 @@ def error_flow(side: Side, prefix: str) -> Trace:
 
 @pytest.fixture(scope="module")
 def error_traces(sides: tuple[Side, Side]) -> tuple[Trace, Trace]:
-    prefix = new_prefix("err")
-    ref, mp = sides
-    return error_flow(ref, prefix), error_flow(mp, prefix)
+    return both(sides, error_flow, new_prefix("err"))
 
 
 def test_error_catalogue(error_traces: tuple[Trace, Trace]) -> None:

@@ -34,17 +34,8 @@ def _wait_for_memories(side: Side, base: str, want: int, timeout: float) -> None
 
 def infer_flow(side: Side, prefix: str, wait_s: float) -> Trace:
     t = side.trace()
-    body = {
-        "name": prefix,
-        "configuration": {
-            **side.embedding(),
-            "llm_id": side.llm_id,
-            "index_prefix": prefix,
-            "use_system_index": False,
-            "strategies": [{"type": "SEMANTIC", "namespace": ["user_id"]}],
-            "parameters": {"llm_result_path": "$.choices[0].message.content"},
-        },
-    }
+    parameters = {"llm_result_path": "$.choices[0].message.content"}
+    body = {"name": prefix, "configuration": side.configuration(prefix, parameters=parameters)}
     cid = t.add("create", side.call("POST", f"{MC}/_create", body)).body["memory_container_id"]
     base = f"{MC}/{cid}/memories"
     session = t.add("create session", side.call("POST", f"{base}/sessions", {"namespace": {"user_id": "u1"}}))
@@ -61,6 +52,7 @@ def infer_flow(side: Side, prefix: str, wait_s: float) -> Trace:
 def infer_traces(sides: tuple[Side, Side], fake_llm: FakeLLM) -> tuple[Trace, Trace]:
     ref, mp = sides
     prefix = new_prefix("infer")
+    # ml-commons extracts in the background (about 5 s here); memproxy would write before answering.
     return infer_flow(ref, prefix, 90), infer_flow(mp, prefix, 10)
 
 

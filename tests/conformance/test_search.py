@@ -20,7 +20,7 @@ from tests.conformance.deviations import (
     EFFICIENT_FILTERING,
     HYBRID_TOTAL,
 )
-from tests.conformance.sides import MC, Side, new_prefix
+from tests.conformance.sides import MC, Side, both, new_prefix
 
 # (text, user, topic): three users, topics that cut across them.
 MEMORIES: list[tuple[str, str, str]] = [
@@ -80,16 +80,7 @@ def _json_line(obj: Any) -> str:
 
 
 def create_container(side: Side, t: Trace, prefix: str) -> tuple[str, str]:
-    body = {
-        "name": prefix,
-        "configuration": {
-            **side.embedding(),
-            "llm_id": side.llm_id,
-            "index_prefix": prefix,
-            "use_system_index": False,
-            "strategies": [{"type": "SEMANTIC", "namespace": ["user_id"]}],
-        },
-    }
+    body = {"name": prefix, "configuration": side.configuration(prefix)}
     cid = t.add("create", side.call("POST", f"{MC}/_create", body)).body["memory_container_id"]
     got = t.add("get", side.call("GET", f"{MC}/{cid}"))
     return cid, got.body["configuration"]["strategies"][0]["id"]
@@ -155,9 +146,7 @@ def _filters(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def search_traces(sides: tuple[Side, Side]) -> tuple[Trace, Trace]:
-    prefix = new_prefix("search")
-    ref, mp = sides
-    return search_flow(ref, prefix), search_flow(mp, prefix)
+    return both(sides, search_flow, new_prefix("search"))
 
 
 def test_semantic_and_hybrid_search(search_traces: tuple[Trace, Trace]) -> None:
