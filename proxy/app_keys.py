@@ -1,4 +1,4 @@
-"""Typed state on the aiohttp application (``web.AppKey``), shared by every room's handlers."""
+"""Typed state on the aiohttp application (``web.AppKey``), shared by every API's handlers."""
 
 from __future__ import annotations
 

@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from proxy.core.cache import DEFAULT_TTL_S
-
 if TYPE_CHECKING:
     from proxy.embedding.config import EngineOptions
 
-__all__ = ["Settings", "parse_settings"]
+__all__ = ["DEFAULT_CACHE_TTL_S", "Settings", "parse_settings"]
+
+DEFAULT_CACHE_TTL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Settings:
     embed_max_batch_size: int | None = None  # None: by device (32 texts on CPU, 256 on GPU)
     embed_max_queue: int = 1024
     # Seconds a search may reuse a container document, API key or grant answer it read (0: never).
-    cache_ttl_s: float = DEFAULT_TTL_S
+    cache_ttl_s: float = DEFAULT_CACHE_TTL_S
     log_level: str = "INFO"
     # uvloop (libuv, in C) makes each HTTP exchange cheaper than asyncio's pure-Python loop; "asyncio" is
     # there for debugging and for platforms without uvloop.

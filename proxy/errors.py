@@ -1,8 +1,8 @@
-"""The one exception tree every room raises.
+"""The one exception tree every layer raises.
 
-Rooms below the HTTP layer (core, store, embedding, filters) raise these kinds; each API front-end maps a
-kind to its own wire shape in exactly one place (``proxy.api.opensearch_errors`` for the OpenSearch
-envelope, ``proxy.api.goodmem_errors`` for GoodMem's). A handler never builds an error body itself.
+The layers below the HTTP slices (core, store, embedding, filters) raise these kinds; one middleware,
+``proxy.api.errors``, renders each in the shape of the API the request came through (OpenSearch's
+envelope, GoodMem's, or OpenAI's). A handler never builds an error body itself.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ from proxy.core.goodmem.retrieve import (
     SpaceKey,
     plan_retrieval,
 )
-from proxy.core.query import Hit, MatchAll, Terms, VectorSearch
+from proxy.core.query import VectorSearch
 from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound, Unavailable
+from proxy.store.query import Hit, MatchAll, Terms
 
 S1 = "0192f6a0-0000-7000-8000-000000000001"
 S2 = "0192f6a0-0000-7000-8000-000000000002"
@@ -121,7 +122,8 @@ def svc(rec: Recorder) -> Any:
 
 
 def plan(rec: Recorder, req: RetrieveRequest) -> core.RetrievalPlan:
-    return asyncio.run(plan_retrieval(svc(rec), SimpleNamespace(user_id="u"), req))
+    principal: Any = SimpleNamespace(user_id="u")
+    return asyncio.run(plan_retrieval(svc(rec), principal, req))
 
 
 def test_every_permission_is_checked_before_any_work(rec: Recorder) -> None:
@@ -181,8 +183,8 @@ def test_multi_embedder_fusion_uses_exact_second_pass(rec: Recorder) -> None:
     scores = {i.chunk_id: i.score for i in result.items}
     assert list(scores) == ["a"]
     assert scores["a"] == pytest.approx((1.0 * 0.9 + 0.5 * 0.0) / 1.5)
-    second = [s for s in rec.searches if isinstance(s.filter, Terms)]
-    assert {(s.vector_field, s.filter.values) for s in second} == {
+    second = {(s.vector_field, s.filter.values) for s in rec.searches if isinstance(s.filter, Terms)}
+    assert second == {
         ("memory_embedding", ("b",)),
         ("memory_embedding__1", ("a",)),
     }

@@ -18,9 +18,22 @@ from proxy.core.configuration import (
 )
 from proxy.core.containers import Container, parse_memory_type
 from proxy.core.lenient import as_int, coerce_string_map, scalar_string_map
-from proxy.core.query import And, Exists, Hit, MatchAll, Not, Or, Range, RawDsl, Term, Terms, all_of, term_map
 from proxy.core.search import _fuse, min_max_normalize
 from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound
+from proxy.store.query import (
+    And,
+    Exists,
+    Hit,
+    MatchAll,
+    Not,
+    Or,
+    Range,
+    RawDsl,
+    Term,
+    Terms,
+    all_of,
+    term_map,
+)
 from proxy.store.query_dsl import (
     DEFAULT_EF_SEARCH,
     add_filter,
@@ -485,7 +498,8 @@ def test_fuse_properties(lex: dict, vec: dict, w: float, k: int) -> None:
     hits, union = _fuse(legs, [w, 1 - w], k, None)
     assert union == len(set(lex) | set(vec))
     assert len(hits) == min(k, union)
-    scores = [h.score for h in hits]
+    scores = [h.score for h in hits if h.score is not None]
+    assert len(scores) == len(hits)
     assert scores == sorted(scores, reverse=True)
     assert all(0.0 <= s <= 1.0 + 1e-9 and not math.isnan(s) for s in scores)
 

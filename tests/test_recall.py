@@ -21,10 +21,11 @@ from opensearchpy import OpenSearch, helpers
 
 from proxy.config import Settings
 from proxy.core.containers import Container
-from proxy.core.query import VectorSearch, all_of, term_map
+from proxy.core.query import VectorSearch
 from proxy.core.search import semantic_search
 from proxy.core.services import Services
 from proxy.store.client import Store
+from proxy.store.query import all_of, term_map
 from proxy.store.templates import VectorField, render_index_body
 
 N, DIM, K, QUERIES = 10_000, 384, 10, 30

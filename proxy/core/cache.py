@@ -23,9 +23,8 @@ from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["DEFAULT_TTL_S", "Caches", "TtlCache"]
+__all__ = ["Caches", "TtlCache"]
 
-DEFAULT_TTL_S = 2.0
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -98,7 +97,7 @@ class Caches:
     grants: TtlCache[tuple[str, str, tuple[str, ...]], bool]
 
     @classmethod
-    def with_ttl(cls, ttl_s: float = DEFAULT_TTL_S) -> Caches:
+    def with_ttl(cls, ttl_s: float) -> Caches:
         return cls(containers=TtlCache(ttl_s), principals=TtlCache(ttl_s), grants=TtlCache(ttl_s))
 
     def access_changed(self) -> None:

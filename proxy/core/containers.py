@@ -1,7 +1,7 @@
 """Memory containers (= GoodMem spaces): the record, and create / get / update / delete / search / list.
 
 A container is one document in ``.plugins-ml-am-memory-container`` (ml-commons' layout plus a ``goodmem``
-object); its memories live in the per-prefix indices of spec §2.5, shared by every container with the same
+object); its memories live in ml-commons' per-prefix indices, shared by every container with the same
 ``index_prefix``, which is why every memory operation filters on ``memory_container_id``. Ids are UUIDs so
 both API families accept them.
 """
@@ -302,7 +302,7 @@ async def _check_shared_long_term(svc: Services, container: Container) -> dict[s
 
 async def _complete_long_term_mapping(svc: Services, container: Container, meta: Mapping[str, Any]) -> None:
     """A shared long-term index gains what this container needs and it lacks (mappings only grow): the knn
-    fields of a space's extra embedders, and ``metadata_index`` if the index predates the filters room."""
+    fields of a space's extra embedders, and ``metadata_index`` if the index predates metadata filters."""
     dims = meta.get("knn_dimensions") or {}
     missing = [spec for spec in _vector_specs(svc, container) if spec["name"] not in dims]
     meta_mapping = render_metadata_mapping()

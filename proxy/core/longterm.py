@@ -17,12 +17,12 @@ from typing import Any
 
 from proxy.core.clock import now_ms
 from proxy.core.containers import Container
-from proxy.core.query import Filter, Terms, all_of
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 from proxy.filters import index_metadata
 from proxy.store import memories as docs
 from proxy.store.client import OpenSearchError
+from proxy.store.query import Filter, Terms, all_of
 from proxy.store.query_dsl import compile_filter, container_term
 
 __all__ = [

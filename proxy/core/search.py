@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.longterm import long_term_index
-from proxy.core.query import Hit, Term, VectorSearch, all_of
+from proxy.core.query import VectorSearch
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 from proxy.store import memories as docs
 from proxy.store.client import OpenSearchError
+from proxy.store.query import Hit, Term, all_of
 from proxy.store.query_dsl import bm25_search_body, compile_filter, vector_search_body
 
 __all__ = [
     "MAX_K",
     "SearchResult",
-    "hybrid_search",
     "hybrid_search_result",
     "min_max_normalize",
     "query_vector",
@@ -224,17 +224,3 @@ async def hybrid_search_result(
         shards=merged.shards,
         total=union,
     )
-
-
-async def hybrid_search(
-    svc: Services,
-    search: VectorSearch,
-    *,
-    bm25_weight: float = 0.5,
-    neural_weight: float = 0.5,
-    text_field: str = "memory",
-) -> list[Hit]:
-    result = await hybrid_search_result(
-        svc, search, bm25_weight=bm25_weight, neural_weight=neural_weight, text_field=text_field
-    )
-    return result.hits

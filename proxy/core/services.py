@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from proxy.config import DEFAULT_CACHE_TTL_S
 from proxy.core.cache import Caches
 from proxy.store.client import Store
 
-if TYPE_CHECKING:  # the embedding room imports torch; pure core code must not pay for that
+if TYPE_CHECKING:  # proxy.embedding imports torch; pure core code must not pay for that
     from proxy.embedding import EmbedderRegistry
 
 __all__ = ["Services"]
@@ -18,4 +19,4 @@ __all__ = ["Services"]
 class Services:
     store: Store
     embedders: EmbedderRegistry
-    caches: Caches = field(default_factory=Caches.with_ttl)
+    caches: Caches = field(default_factory=lambda: Caches.with_ttl(DEFAULT_CACHE_TTL_S))

@@ -63,10 +63,6 @@ def json_number(value: Any) -> Decimal | None:
     return None
 
 
-def is_json_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, bool, int, float, Decimal))
-
-
 def canonical_number(value: Decimal) -> str:
     """Plain decimal text without exponent or trailing zeros (Java: stripTrailingZeros().toPlainString())."""
     if value.is_zero():

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.query import (
+from proxy import filters
+from proxy.errors import BadRequest
+from proxy.store.query import (
     And,
     Exists,
     Filter,
@@ -26,7 +28,6 @@ from proxy.core.query import (
     Term,
     Terms,
 )
-from proxy.errors import BadRequest
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -91,13 +92,7 @@ def compile_filter(f: Filter) -> dict[str, Any] | None:
 
 
 def _compile_metadata(expr: Any) -> dict[str, Any]:
-    # Imported here: the filters room is optional for every other kind of search.
-    from proxy import filters
-
-    compiler = getattr(filters, "compile_filter", None)
-    if compiler is None:
-        raise BadRequest("metadata filters are not available in this build")
-    compiled: dict[str, Any] = compiler(expr)
+    compiled: dict[str, Any] = filters.compile_filter(expr)
     return compiled
 
 

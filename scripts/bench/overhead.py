@@ -28,7 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from proxy.core.query import Term
+from proxy.store.query import Term
 from proxy.store.query_dsl import compile_filter, vector_search_body
 from scripts.bench.common import (
     DEFAULT_OPENSEARCH_URL,

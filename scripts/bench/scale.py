@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from proxy.core.query import Term, all_of
+from proxy.store.query import Term, all_of
 from proxy.store.query_dsl import DEFAULT_EF_SEARCH, compile_filter, vector_search_body
 from proxy.store.templates import VectorField, render_index_body
 from scripts.bench.common import (

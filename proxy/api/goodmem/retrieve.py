@@ -1,4 +1,4 @@
-"""``POST`` and ``GET /v1/memories:retrieve``: parse, plan, then stream NDJSON or SSE (spec §6).
+"""``POST`` and ``GET /v1/memories:retrieve``: parse, plan, then stream NDJSON or SSE.
 
 Everything that can fail with an HTTP status happens before the first byte: headers, body, permissions on
 every space, filters, query embedding and the searches (``proxy.core.goodmem.retrieve.plan_retrieval``).
@@ -329,7 +329,7 @@ def _fetch_flags(fetch_memory: bool, fetch_content: bool) -> tuple[bool, bool]:
 
 
 def parse_post_body(body: Any) -> RetrieveRequest:
-    """``RetrieveMemoryRequest`` (spec §6.1). Unknown fields are tolerated (lenient, as spec §0 advises)."""
+    """``RetrieveMemoryRequest``. Unknown fields are tolerated (lenient, as real clients need)."""
     if not isinstance(body, Mapping):
         raise BadRequest("The request body must be a JSON object")
     texts, binaries = _context(body.get("context"))
@@ -352,7 +352,7 @@ def parse_post_body(body: Any) -> RetrieveRequest:
     )
 
 
-# GET spelling → ChatPostProcessor config key. Both families are in circulation (spec §6.2).
+# GET spelling → ChatPostProcessor config key. Both families are in circulation.
 _PP_PARAMS: dict[str, str] = {}
 for _key, _camel in (
     ("llm_id", "LlmId"),
@@ -434,7 +434,7 @@ def _query_space_ids(query: MultiMapping[str]) -> list[str]:
 
 
 def parse_get_query(query: MultiMapping[str]) -> RetrieveRequest:
-    """The GET form (spec §6.2): one ``filter`` applies to every listed space."""
+    """The GET form: one ``filter`` applies to every listed space."""
     space_filter = _filter_text(_one(query, "filter"), "filter")
     keys = tuple(
         SpaceKey(space_id=_check_id(sid, f"spaceIds[{i}]"), filter=space_filter)
@@ -553,7 +553,7 @@ async def _stream(stream: EventStream, events: Any) -> None:
 
 async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
-    # The budget starts now: reading and decoding the body count against it (spec §6.7).
+    # The budget starts now: reading and decoding the body count against it.
     started = loop.time()
     timeout_ms = parse_timeout_ms(request.headers)
     terminal = parse_stream_terminal(request.headers)

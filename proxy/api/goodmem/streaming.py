@@ -1,11 +1,11 @@
-"""NDJSON and SSE framing for GoodMem's streamed retrieve (spec §6.5, §6.6, §6.7).
+"""NDJSON and SSE framing for GoodMem's streamed retrieve (docs/goodmem-retrieve.md).
 
 The writers know nothing about retrieval: they take event objects (plain JSON dicts produced by
 ``proxy.core.goodmem.retrieve``), frame them, and write each one to the socket as soon as it is given, so
 a client sees every event when it is produced. The response is prepared once, on the first event; before
 that the handler may still answer with an ordinary HTTP error.
 
-Terminal outcome (spec §6.7 design, seed "GoodMem-Stream-Terminal"):
+Terminal outcome (the GoodMem-Stream-Terminal design of docs/goodmem-retrieve.md):
 
 * NDJSON, ``GoodMem-Stream-Terminal: true``: one last line ``{"type":"completed"}`` on success, or
   ``{"type":"error","code":...,"message":...}`` on failure. Its keys are none of the five event keys, so
@@ -42,7 +42,7 @@ NDJSON_TYPE = "application/x-ndjson"
 SSE_TYPE = "text/event-stream"
 STREAM_TERMINAL_HEADER = "GoodMem-Stream-Terminal"
 
-# Every data frame is named "item", as in the spec's SSE example; the old client only looks at the name to
+# Every data frame is named "item", as in GoodMem's SSE example; the old client only looks at the name to
 # skip "close", so the name carries no meaning beyond that.
 SSE_ITEM_EVENT = "item"
 

@@ -15,9 +15,10 @@ from proxy.api.opensearch_memory.common import (
 )
 from proxy.core.containers import Container
 from proxy.core.lenient import as_float, as_int, as_object, as_str, scalar_string_map
-from proxy.core.query import Filter, Hit, RawDsl, VectorSearch, all_of, term_map
+from proxy.core.query import VectorSearch
 from proxy.core.search import MAX_K, SearchResult, hybrid_search_result, vector_search
 from proxy.errors import BadRequest
+from proxy.store.query import Filter, Hit, RawDsl, all_of, term_map
 
 __all__ = ["hybrid_search", "render_search_result", "semantic_search"]
 

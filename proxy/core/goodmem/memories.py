@@ -25,11 +25,11 @@ from proxy.core.goodmem.records import MemoryRecord, chunk_json, memory_json, re
 from proxy.core.goodmem.spaces import get_space, space_chunking
 from proxy.core.goodmem.validation import check_uuid
 from proxy.core.longterm import LongTermMemory, delete_long_term, write_long_term
-from proxy.core.query import Term
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
 from proxy.store import goodmem as gstore
 from proxy.store import memories as docs
 from proxy.store.client import OpenSearchError
+from proxy.store.query import Term, Terms
 
 __all__ = [
     "LONG_TERM_PATTERN",
@@ -359,6 +359,4 @@ async def delete_records(svc: Svc, container: Container, records: Sequence[Memor
 
 
 def _memory_terms(ids: Sequence[str]) -> Any:
-    from proxy.core.query import Terms
-
     return Term("memory_id", ids[0]) if len(ids) == 1 else Terms("memory_id", tuple(ids))

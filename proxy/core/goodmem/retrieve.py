@@ -1,4 +1,4 @@
-"""GoodMem retrieve: the request model, ranking across spaces and embedders, and the event stream (spec §6).
+"""GoodMem retrieve: the request model, ranking across spaces and embedders, and the event stream.
 
 Two phases, so that every failure a client can act on arrives as an ordinary HTTP error:
 
@@ -26,9 +26,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from proxy.core.query import Filter, MatchAll, MetadataFilter, Terms, VectorSearch
+from proxy.core.query import VectorSearch
 from proxy.errors import BadRequest, DeadlineExceeded, MemproxyError
 from proxy.filters import parse_filter
+from proxy.store.query import Filter, MatchAll, MetadataFilter, Terms
 from proxy.store.query_dsl import compile_filter
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class HnswOptions:
 
 @dataclass(frozen=True)
 class ChatConfig:
-    """The built-in ChatPostProcessor's configuration (spec §8), validated."""
+    """The built-in ChatPostProcessor's configuration, validated."""
 
     reranker_id: str | None = None
     llm_id: str | None = None
@@ -425,7 +426,7 @@ def chunk_json(item: RankedChunk, memory: Mapping[str, Any] | None = None) -> di
 
 
 class EventAssembler:
-    """``memoryDefinition`` / ``retrievedItem`` bookkeeping for one result set (spec §6.4 rules 2-3).
+    """``memoryDefinition`` / ``retrievedItem`` bookkeeping for one result set (rules 2-3 of the event model).
 
     The n-th definition sent is index n. Each memory's definition goes out once, just before its first
     chunk. With ``fetchMemory=false`` no definitions are sent and ``memoryIndex`` is still the position the
@@ -483,7 +484,7 @@ _GRPC_BY_STATUS = {
 
 
 def grpc_code(exc: BaseException) -> str:
-    """The gRPC-style code of an error (GoodMem's REST statuses are the gRPC mapping, spec §10.2)."""
+    """The gRPC-style code of an error (GoodMem's REST statuses are the gRPC mapping)."""
     if isinstance(exc, TimeoutError | DeadlineExceeded):
         return "DEADLINE_EXCEEDED"
     if isinstance(exc, MemproxyError):
@@ -540,7 +541,7 @@ async def _load_batch(
 async def retrieval_events(
     plan: RetrievalPlan, loader: MemoryLoader, *, deadline: float | None = None
 ) -> AsyncIterator[dict[str, Any]]:
-    """The stream after the first byte, in order (spec §6.4):
+    """The stream after the first byte, in order:
 
     request statuses → BEGIN(retrieve, expectedItems) → [memoryDefinition] retrievedItem … → END →
     post-processor statuses.

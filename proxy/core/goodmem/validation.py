@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from proxy.errors import BadRequest
 
@@ -16,10 +14,8 @@ __all__ = [
     "check_labels",
     "check_name",
     "check_uuid",
-    "parse_model",
 ]
 
-M = TypeVar("M", bound=BaseModel)
 _LABEL_KEY = re.compile(r"^[a-z0-9._-]+$")
 MAX_LABELS = 20
 
@@ -75,16 +71,3 @@ def apply_labels(
         merged = {**current, **check_labels(merge, "mergeLabels", strict_keys=strict_keys)}
         return check_labels(merged, "labels", strict_keys=strict_keys)
     return dict(current)
-
-
-def parse_model(model: type[M], body: Any, what: str = "request body") -> M:
-    """Validate a JSON body against a pydantic wire model; the first problem becomes a 400."""
-    if not isinstance(body, Mapping):
-        raise BadRequest(f"The {what} must be a JSON object")
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        msg = err.get("msg", "invalid value")
-        raise BadRequest(f"Invalid {what}{': ' + loc if loc else ''}: {msg}") from None
