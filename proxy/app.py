@@ -69,7 +69,7 @@ def make_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_services_ctx)
     app.add_routes(health.routes)
     opensearch_memory.mount(app)
-    goodmem.setup(app)
+    goodmem.setup(app)  # its routes, and its state as a cleanup_ctx after the services
     openai.mount(app)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

@@ -2,7 +2,9 @@
 
 The layers below the HTTP slices (core, store, embedding, filters) raise these kinds; one middleware,
 ``proxy.api.errors``, renders each in the shape of the API the request came through (OpenSearch's
-envelope, GoodMem's, or OpenAI's). A handler never builds an error body itself.
+envelope, GoodMem's, or OpenAI's). A handler never builds an error body itself. Errors the node answers are
+these kinds too (``proxy.store.client``: a node 404 is a ``NotFound``, a 409 a ``Conflict``), and keep the
+node's own body, which the OpenSearch envelope relays verbatim.
 """
 
 from __future__ import annotations

@@ -1,7 +1,28 @@
-"""Session fixtures: a real OpenSearch node and the real proxy process.
+"""Session fixtures: a real OpenSearch node, the real proxy process, a private PostgreSQL cluster.
 
 The node comes from ``OPENSEARCH_URL`` when set, else testcontainers' OpenSearch when a Docker engine
-answers, else ``scripts/opensearch-local start`` (our own single node with k-NN). Nothing is mocked.
+answers, else ``scripts/opensearch-local start`` (our own single node with k-NN). PostgreSQL, the filter
+differential's independent oracle, comes from Debian's ``postgresql`` package (``tests/postgres.py``).
+
+The end-to-end tests replace nothing: they speak HTTP to the real proxy, which reaches the real node and
+embeds with the real model. Test doubles are used in these places only, each for behaviour that an
+end-to-end test cannot bring about on demand or observe from outside:
+
+* ``test_goodmem_retrieve_handler.py``: the real retrieve handler, authentication and error middleware in an
+  in-process server, with the application's ``Retriever`` (planning and memory loading) a fake whose timing
+  the test controls and its store a fake node that knows one API key: a 504 before the first byte, the
+  in-band deadline after it, cancellation on disconnect.
+* ``test_goodmem_retrieve_plan.py``: the real planning with ``Retriever``'s space lookup, permission check
+  and k-NN search (its public methods) and the embedder registry replaced by recorders, to pin that every
+  permission is checked before anything is embedded or searched, and how multi-embedder spaces are fused.
+* ``test_goodmem_unit.py`` (``FakeNode``): ``create_memory`` whole, over a fake node (the store's client:
+  space lookup, chunk bulk, record write, deletes) and a fake embedder, to pin the order of writes and the
+  clean-up after a failure (a full embedding queue, a node that went down).
+* ``tests/support/fake_llm.py``: a deterministic OpenAI-compatible chat server standing in for an external
+  LLM, a real HTTP server that memproxy and the reference ml-commons call alike.
+
+Elsewhere only time and threads are controlled, never the code under test: a fake clock for the cache's
+own tests (``test_cache.py``), a gate holding the embedding compute thread (``test_embedding.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +37,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.postgres import MISSING as PG_MISSING
+from tests.postgres import PostgresCluster
+from tests.postgres import find_bindir as find_pg_bindir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,6 +129,17 @@ class ProxyProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self._log.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """A private PostgreSQL cluster (tests/postgres.py), started on first use and deleted at the end. Without
+    Debian's ``postgresql`` package this fails with a message naming it: it never skips."""
+    if find_pg_bindir() is None:
+        pytest.fail(PG_MISSING)
+    cluster = PostgresCluster()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 from opensearchpy import OpenSearch
 
-__all__ = ["root_api_key"]
+if TYPE_CHECKING:
+    from proxy.core.goodmem.records import MemoryRecord
+
+__all__ = ["memory_record", "root_api_key"]
 
 
 def root_api_key(proxy_url: str, opensearch_url: str) -> str:
@@ -18,6 +21,8 @@ def root_api_key(proxy_url: str, opensearch_url: str) -> str:
         return str(body["rootApiKey"])
     from proxy.config import Settings
     from proxy.core.goodmem.apikeys import issue_key
+    from proxy.core.goodmem.context import GoodMem
+    from proxy.core.services import Services
     from proxy.store.client import Store
 
     root = OpenSearch(hosts=[opensearch_url]).get(index="memproxy-goodmem-system", id="instance")["_source"]
@@ -26,7 +31,7 @@ def root_api_key(proxy_url: str, opensearch_url: str) -> str:
         store = Store(Settings(opensearch_url=opensearch_url))
         try:
             issued = await issue_key(
-                SimpleNamespace(store=store, embedders=None),
+                GoodMem.create(Services(store=store, embedders=cast(Any, None))),  # a key embeds nothing
                 user_id=root["root_user_id"],
                 actor_id=root["root_user_id"],
                 labels={"purpose": "tests"},
@@ -36,3 +41,20 @@ def root_api_key(proxy_url: str, opensearch_url: str) -> str:
             await store.close()
 
     return asyncio.run(mint())
+
+
+def memory_record(memory_id: str, space_id: str, *, actor: str) -> MemoryRecord:
+    """A COMPLETED text memory record created (and last updated) by ``actor`` at time 1, with no metadata."""
+    from proxy.core.goodmem.records import MemoryRecord
+
+    return MemoryRecord(
+        memory_id=memory_id,
+        space_id=space_id,
+        content_type="text/plain",
+        processing_status="COMPLETED",
+        created_at=1,
+        updated_at=1,
+        created_by_id=actor,
+        updated_by_id=actor,
+        metadata={},
+    )

@@ -57,16 +57,17 @@ def call(
     return client.transport.perform_request(method, path, body=body, params=params)
 
 
-def _info(exc: TransportError) -> dict[str, Any]:
+def error_body(exc: TransportError) -> dict[str, Any]:
+    """The JSON error body of a failed call (opensearch-py leaves it a string when it is not JSON-typed)."""
     info = exc.info
-    return info if isinstance(info, dict) else json.loads(info)
+    return info if isinstance(info, dict) else json.loads(str(info))
 
 
 def assert_error(fn: Callable[[], Any], status: int, etype: str, reason: str) -> dict[str, Any]:
     """``fn`` fails with the OpenSearch envelope ``{"error": {root_cause, type, reason}, "status"}``."""
     with pytest.raises(TransportError) as err:
         fn()
-    info = _info(err.value)
+    info = error_body(err.value)
     assert err.value.status_code == status, info
     assert info["status"] == status
     assert info["error"]["type"] == etype, info

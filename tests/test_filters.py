@@ -369,7 +369,7 @@ def test_mapping_fragment() -> None:
 def test_sortable_number_preserves_order(a: Decimal, b: Decimal) -> None:
     ea, eb = sortable_number(a), sortable_number(b)
     assert (ea < eb) == (a < b) and (ea == eb) == (a == b)
-    assert ea.encode() < eb.encode() if a < b else True
+    assert (ea.encode() < eb.encode()) == (a < b)  # as UTF-8 bytes too: the order the keyword index sorts by
 
 
 def test_value_helpers() -> None:

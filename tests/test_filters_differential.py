@@ -1,8 +1,11 @@
-"""Differential proof on the real node: for random (filter, metadata) pairs the documents OpenSearch returns
-for ``compile_filter(f)`` are exactly those ``evaluate(f, metadata)`` accepts. Also a parser fuzz.
+"""Differential proof, three ways: for random (filter, metadata) pairs the documents OpenSearch returns for
+``compile_filter(f)`` are exactly those ``evaluate(f, metadata)`` accepts, and exactly those a real PostgreSQL
+selects with the filter translated to SQL over a ``jsonb`` column by ``tests/filters_sql.py`` (its own parser,
+typing and SQL: nothing shared with ``proxy.filters``). Also a parser fuzz.
 
 FILTER_DIFF_PAIRS (default 60000) sets how many (filter, document) pairs the differential test checks;
-every filter of a round runs against every document of that round's corpus.
+every filter of a round runs against every document of that round's corpus. PostgreSQL comes from Debian's
+``postgresql`` package (``tests/postgres.py``); without it the test fails and says so.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 import random
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from opensearchpy import OpenSearch
+from psycopg.types.json import Jsonb
 
 from proxy.errors import BadRequest
 from proxy.filters import (
@@ -31,6 +37,16 @@ from proxy.filters import (
     parse_filter,
     render_metadata_mapping,
 )
+from tests.filters_sql import (
+    EXCLUSIONS,
+    PRELUDE,
+    Unsupported,
+    case_divergence,
+    exclusion,
+    jsonb_storable,
+    translate,
+)
+from tests.postgres import PostgresCluster
 
 NOW = dt.datetime(2025, 3, 15, 12, 30, tzinfo=dt.UTC)
 DOCS_PER_ROUND = 30
@@ -105,7 +121,7 @@ TIMESTAMPS = [
     "2024-12-31T23:30:00-01:00",
     "2025-01-01T00:00:00Z",
 ]
-safe_chars = st.characters(codec="utf-8", exclude_categories=("Cs",))
+safe_chars = st.characters(codec="utf-8", exclude_categories=["Cs"])
 any_string = st.one_of(st.sampled_from(STRINGS), st.text(safe_chars, max_size=4))
 # One palette per round (st.shared): documents and filters draw many of their values from it, so that
 # comparisons often meet equal, prefix-sharing or neighbouring values instead of missing everything.
@@ -617,9 +633,85 @@ class Stats:
     rounds = 0
     matches = 0
     scripts = 0
+    pg_pairs = 0
+    pg_matches = 0
+    pg_excluded: Counter[str] = Counter()
+    pg_seconds = 0.0
 
 
-def _run_round(client: OpenSearch, index: str, docs: list[Any], texts: list[str]) -> None:
+class PostgresOracle:
+    """The third opinion: the round's documents in a jsonb column, each filter translated to SQL."""
+
+    def __init__(self, cluster: PostgresCluster) -> None:
+        self.conn = cluster.connect()
+        self.conn.execute(PRELUDE)
+        self.conn.execute("CREATE TABLE IF NOT EXISTS docs (round text NOT NULL, id text NOT NULL, m jsonb)")
+        self.conn.execute("CREATE INDEX IF NOT EXISTS docs_round ON docs (round)")
+        self.divergent = case_divergence(self.conn)
+
+    def check(
+        self, rnd: str, ids: list[str], docs: list[Any], cases: list[tuple[str, Any, set[str]]]
+    ) -> None:
+        started = time.monotonic()
+        storable = {i for i, doc in zip(ids, docs, strict=True) if jsonb_storable(doc)}
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO docs (round, id, m) VALUES (%s, %s, %s)",
+                [
+                    (rnd, i, None if doc is None else Jsonb(doc))
+                    for i, doc in zip(ids, docs, strict=True)
+                    if i in storable
+                ],
+            )
+        for text, _, expected in cases:
+            try:
+                tr = translate(text, NOW)
+            except Unsupported as exc:
+                pytest.fail(f"tests/filters_sql.py cannot translate {text!r}: {exc}")
+            included = set()
+            for doc_id, doc in zip(ids, docs, strict=True):
+                reason = exclusion(tr, doc, self.divergent)
+                if reason is None:
+                    included.add(doc_id)
+                else:
+                    Stats.pg_excluded[reason] += 1
+            assert included <= storable
+            sql = f"SELECT id FROM docs WHERE round = '{rnd}' AND {tr.sql}"
+            try:
+                got = {row[0] for row in self.conn.execute(sql)} & included
+            except Exception as exc:
+                pytest.fail(f"PostgreSQL failed on filter {text!r}: {exc}\nSQL: {sql[:4000]}")
+            want = expected & included
+            if got != want:
+                detail = [
+                    {
+                        "id": i,
+                        "metadata": docs[ids.index(i)],
+                        "evaluator and OpenSearch": i in want,
+                        "PostgreSQL": i in got,
+                    }
+                    for i in sorted(got ^ want)
+                ][:5]
+                pytest.fail(
+                    f"PostgreSQL disagrees with the evaluator and OpenSearch on filter {text!r}\n"
+                    f"SQL: {tr.sql[:3000]}\n{json.dumps(detail, default=str, ensure_ascii=False)[:3000]}"
+                )
+            Stats.pg_pairs += len(included)
+            Stats.pg_matches += len(want)
+        self.conn.execute(f"DELETE FROM docs WHERE round = '{rnd}'")
+        Stats.pg_seconds += time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def pg_oracle(postgres: PostgresCluster) -> Iterator[PostgresOracle]:
+    oracle = PostgresOracle(postgres)
+    yield oracle
+    oracle.conn.close()
+
+
+def _run_round(
+    client: OpenSearch, index: str, docs: list[Any], texts: list[str], pg: PostgresOracle | None = None
+) -> None:
     rnd = uuid.uuid4().hex[:12]
     ids = [f"{rnd}-{i}" for i in range(len(docs))]
     rng = random.Random(rnd)
@@ -677,11 +769,13 @@ def _run_round(client: OpenSearch, index: str, docs: list[Any], texts: list[str]
             Stats.scripts += '"script"' in json.dumps(query)
         else:
             Stats.knn_filters += 1
+    if pg is not None:
+        pg.check(rnd, ids, docs, cases)
     Stats.rounds += 1
 
 
 def test_differential_filters_match_reference_evaluator(
-    client: OpenSearch, diff_index: str, capsys: pytest.CaptureFixture[str]
+    client: OpenSearch, diff_index: str, pg_oracle: PostgresOracle, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rounds = max(1, math.ceil(TARGET_PAIRS / (DOCS_PER_ROUND * FILTERS_PER_ROUND)))
     started = time.monotonic()
@@ -702,19 +796,33 @@ def test_differential_filters_match_reference_evaluator(
         texts=st.lists(filters, min_size=FILTERS_PER_ROUND, max_size=FILTERS_PER_ROUND),
     )
     def check(docs: list[Any], texts: list[str]) -> None:
-        _run_round(client, diff_index, docs, texts)
+        _run_round(client, diff_index, docs, texts, pg_oracle)
 
+    before = (Stats.pairs, Stats.pg_pairs, Stats.pg_matches, Stats.pg_seconds, Stats.pg_excluded.copy())
     check()
     elapsed = time.monotonic() - started
+    pairs, pg_pairs, pg_matches = (
+        Stats.pairs - before[0],
+        Stats.pg_pairs - before[1],
+        Stats.pg_matches - before[2],
+    )
+    excluded = Stats.pg_excluded - before[4]
     with capsys.disabled():  # the pair count belongs in the CI log even without -s
         print(
-            f"\nfilter differential: {Stats.pairs} (filter, metadata) pairs checked "
+            f"\nfilter differential: {pairs} (filter, metadata) pairs checked "
             f"({Stats.filters} filters x {DOCS_PER_ROUND} docs in {Stats.rounds} rounds; "
             f"{Stats.knn_filters} filters "
             f"also inside knn; {Stats.matches} matching pairs; {Stats.scripts} filters used painless) "
-            f"in {elapsed:.1f}s, 100% agreement"
+            f"in {elapsed:.1f}s, 100% agreement\n"
+            f"three ways with PostgreSQL: {pg_pairs} pairs agree ({pg_matches} matching; "
+            f"{Stats.pg_seconds - before[3]:.1f}s in PostgreSQL); {sum(excluded.values())} pairs excluded "
+            f"from the PostgreSQL comparison {dict(sorted(excluded.items())) or ''} "
+            f"(reasons: tests/filters_sql.py EXCLUSIONS)"
         )
-    assert Stats.pairs >= TARGET_PAIRS
+    assert pairs >= TARGET_PAIRS
+    assert set(excluded) <= set(EXCLUSIONS)
+    # the exclusions are for corner cases; the PostgreSQL comparison must cover nearly every pair
+    assert pg_pairs >= 0.9 * pairs, (pg_pairs, pairs, excluded)
 
 
 # --- parser fuzz -----------------------------------------------------------------------------------------
@@ -750,6 +858,25 @@ def test_generated_filters_are_valid() -> None:
             parse_filter(text)
         except FilterError as exc:
             pytest.fail(f"generator produced an invalid filter {text!r}: {exc.message}")
+
+    check()
+
+
+def test_generated_filters_translate_to_sql() -> None:
+    """The PostgreSQL oracle covers everything the generator writes (no database needed to check that)."""
+
+    @settings(
+        max_examples=int(os.environ.get("FILTER_SQL_EXAMPLES", "300")),
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    @given(filters)
+    def check(text: str) -> None:
+        try:
+            translate(text, NOW)
+        except Unsupported as exc:
+            pytest.fail(f"tests/filters_sql.py cannot translate {text!r}: {exc}")
 
     check()
 
@@ -913,10 +1040,12 @@ def _literal(value: Any, t: Any) -> str:
     return f"CAST('{timestamp_key(value)}Z' AS TIMESTAMP)"
 
 
-def test_painless_conformance(client: OpenSearch, diff_index: str) -> None:
+def test_painless_conformance(
+    client: OpenSearch, diff_index: str, pg_oracle: PostgresOracle, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Each interpreter operation against the evaluator, value by value: for an expression E and every value
     v it takes on the corpus, `E = v` and `E < v` must select the same documents in OpenSearch as in the
-    evaluator, so a single wrong value anywhere is a mismatch."""
+    evaluator and in PostgreSQL, so a single wrong value anywhere is a mismatch."""
     from proxy.filters.evaluator import _Evaluator
     from proxy.filters.nodes import IsNull
 
@@ -946,5 +1075,14 @@ def test_painless_conformance(client: OpenSearch, diff_index: str) -> None:
             texts.append(f"NOT ({source} < {lit})")
     for pred in CONFORMANCE_PREDICATES:
         texts += [pred, f"NOT ({pred})"]
+    pg_before, seconds_before, excluded_before = Stats.pg_pairs, Stats.pg_seconds, Stats.pg_excluded.copy()
     for start in range(0, len(texts), 100):
-        _run_round(client, diff_index, docs, texts[start : start + 100])
+        _run_round(client, diff_index, docs, texts[start : start + 100], pg_oracle)
+    excluded = Stats.pg_excluded - excluded_before
+    with capsys.disabled():
+        print(
+            f"\npainless conformance: {len(texts)} filters x {len(docs)} docs agree in OpenSearch and the "
+            f"evaluator; {Stats.pg_pairs - pg_before} pairs also in PostgreSQL "
+            f"({Stats.pg_seconds - seconds_before:.1f}s), "
+            f"{sum(excluded.values())} excluded {dict(sorted(excluded.items())) or ''}"
+        )

@@ -427,7 +427,7 @@ def test_memories_gen_a(ga: gc.ApiClient, space: Any) -> None:
             ]
         )
     )
-    assert all(r.success for r in batch.results)
+    assert len(batch.results) == 2 and all(r.success for r in batch.results)
     gone = api.batch_delete_memory(
         batch_memory_deletion_request=gm_models.BatchMemoryDeletionRequest(
             requests=[
@@ -436,7 +436,7 @@ def test_memories_gen_a(ga: gc.ApiClient, space: Any) -> None:
             ]
         )
     )
-    assert all(r.success for r in gone.results)
+    assert len(gone.results) == 2 and all(r.success for r in gone.results)
     api.delete_memory(id=mem.memory_id)
 
 

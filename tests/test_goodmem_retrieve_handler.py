@@ -1,18 +1,18 @@
 """GoodMem retrieve handler in-process: framing on the wire, deadlines, terminal records, disconnects.
 
-The real handler and error middleware run in an aiohttp test server; only the authentication, the
-planning phase and the memory loader are replaced, by fakes whose timing the tests control. That makes
-the time-dependent behaviours (504 before the first byte, in-band deadline after it, cancellation on
-disconnect) deterministic; the end-to-end tests cover the same handler against the real node.
+The real handler, authentication and error middleware run in an aiohttp test server. The application's
+``Retriever`` (planning and memory loading) is a fake whose timing the tests control, and its store a fake
+node that knows one API key. That makes the time-dependent behaviours (504 before the first byte, in-band
+deadline after it, cancellation on disconnect) deterministic; the end-to-end tests cover the same handler
+against the real node.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -21,25 +21,34 @@ from aiohttp.test_utils import TestServer
 
 from proxy.api.errors import error_middleware
 from proxy.api.goodmem import retrieve as handler
-from proxy.core.goodmem.retrieve import RankedChunk, RetrievalPlan, RetrieveRequest
+from proxy.api.goodmem.state import GOODMEM, RETRIEVER
+from proxy.core.goodmem.auth import Principal, hash_key
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.records import MemoryRecord
+from proxy.core.goodmem.retrieve import RankedChunk, RetrievalPlan, Retriever, RetrieveRequest
+from proxy.core.services import Services
+from tests.goodmem_helpers import memory_record
 
 S1 = "0192f6a0-0000-7000-8000-000000000001"
 BODY = {"message": "q", "spaceKeys": [{"spaceId": S1}]}
+API_KEY = "gm_handler-test"
+AUTH = {"x-api-key": API_KEY}
 
 
-def memory_json(mid: str) -> dict[str, Any]:
-    return {
-        "memoryId": mid,
-        "spaceId": S1,
-        "contentType": "text/plain",
-        "processingStatus": "COMPLETED",
-        "pageImageStatus": "COMPLETED",
-        "pageImageCount": 0,
-        "createdAt": 1,
-        "updatedAt": 1,
-        "createdById": "u",
-        "updatedById": "u",
-    }
+class KeyNode:
+    """The node as authentication sees it: one active key of one user."""
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method == "GET" and path == f"/memproxy-goodmem-apikeys/_doc/{hash_key(API_KEY)}":
+            doc = {"user_id": "u", "api_key_id": "k", "status": "ACTIVE", "last_used_at": 1 << 62}
+            return {"found": True, "_source": doc}
+        if method == "GET" and path == "/memproxy-goodmem-users/_doc/u":
+            return {"found": True, "_source": {"user_id": "u", "roles": ["USER"]}}
+        raise AssertionError(f"unexpected node call {method} {path}")
+
+
+def record(mid: str) -> MemoryRecord:
+    return memory_record(mid, S1, actor="u")
 
 
 def items(n: int) -> list[RankedChunk]:
@@ -51,18 +60,22 @@ def items(n: int) -> list[RankedChunk]:
     ]
 
 
-class Fakes:
-    def __init__(self) -> None:
+class Fakes(Retriever):
+    """Planning and loading whose timing the test sets; both record their cancellation."""
+
+    def __init__(self, gm: GoodMem) -> None:
+        super().__init__(gm)
         self.plan_delay = 0.0
         self.load_delay = 0.0
         self.n_items = 3
         self.cancelled = asyncio.Event()
+        self.plan_started = asyncio.Event()
         self.load_started = asyncio.Event()
+        self.load_finished = False
 
-    async def principal(self, request: web.Request) -> Any:
-        return SimpleNamespace(user_id="u")
-
-    async def plan(self, svc: Any, who: Any, req: RetrieveRequest) -> RetrievalPlan:
+    async def plan(self, principal: Principal, req: RetrieveRequest) -> RetrievalPlan:
+        assert principal.user_id == "u"
+        self.plan_started.set()
         try:
             await asyncio.sleep(self.plan_delay)
         except asyncio.CancelledError:
@@ -70,24 +83,20 @@ class Fakes:
             raise
         return RetrievalPlan(request=req, items=items(self.n_items), result_set_id="R1")
 
-    async def load(self, svc: Any, ids: list[str], *, include_content: bool) -> Mapping[str, Any]:
+    async def load(self, memory_ids: list[str]) -> dict[str, MemoryRecord]:
         self.load_started.set()
         try:
             await asyncio.sleep(self.load_delay)
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
-        return {i: memory_json(i) for i in ids}
+        self.load_finished = True
+        return {i: record(i) for i in memory_ids}
 
 
 @pytest.fixture()
-async def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
-    f = Fakes()
-    monkeypatch.setattr(handler, "principal", f.principal)
-    monkeypatch.setattr(handler, "plan_retrieval", f.plan)
-    monkeypatch.setattr(handler, "load_memories", f.load)
-    monkeypatch.setattr(handler, "services", lambda request: None)
-    return f
+async def fakes() -> Fakes:
+    return Fakes(GoodMem.create(Services(store=cast(Any, KeyNode()), embedders=cast(Any, None))))
 
 
 class Server(TestServer):
@@ -98,7 +107,7 @@ class Server(TestServer):
         super().__init__(app)
         self._cancel_handlers = handler_cancellation
 
-    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+    async def _make_runner(self, **kwargs: Any) -> web.BaseRunner:
         kwargs["handler_cancellation"] = self._cancel_handlers
         return await super()._make_runner(**kwargs)
 
@@ -106,6 +115,8 @@ class Server(TestServer):
 @pytest.fixture(params=[False, True], ids=["watcher", "aiohttp-cancels"])
 async def base_url(fakes: Fakes, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     app = web.Application(middlewares=[error_middleware])
+    app[GOODMEM] = fakes.gm
+    app[RETRIEVER] = fakes
     app.add_routes(handler.routes)
     server = Server(app, handler_cancellation=request.param)
     await server.start_server()
@@ -116,6 +127,7 @@ async def base_url(fakes: Fakes, request: pytest.FixtureRequest) -> AsyncIterato
 async def post(
     url: str, *, headers: dict[str, str] | None = None, body: Any = BODY
 ) -> tuple[int, Any, bytes]:
+    headers = {**AUTH, **(headers or {})}
     async with aiohttp.ClientSession() as session, session.post(url, json=body, headers=headers) as resp:
         return resp.status, resp.headers, await resp.read()
 
@@ -214,32 +226,34 @@ async def test_deadline_after_first_byte_sse_error_frame(base_url: str, fakes: F
 
 async def test_events_are_flushed_as_produced(base_url: str, fakes: Fakes) -> None:
     # The BEGIN boundary must reach the client while the memory load is still pending.
-    fakes.load_delay = 30
-    async with aiohttp.ClientSession() as session, session.post(base_url, json=BODY) as resp:
-        first = await asyncio.wait_for(resp.content.readline(), 2)
+    fakes.load_delay = 300
+    async with aiohttp.ClientSession(headers=AUTH) as session, session.post(base_url, json=BODY) as resp:
+        first = await asyncio.wait_for(resp.content.readline(), 30)
         assert json.loads(first)["resultSetBoundary"]["kind"] == "BEGIN"
+        assert not fakes.load_finished
 
 
 async def test_disconnect_before_first_byte_cancels_work(base_url: str, fakes: Fakes) -> None:
-    fakes.plan_delay = 30
+    fakes.plan_delay = 300
 
     async def call() -> None:
         await post(base_url)
 
     task = asyncio.create_task(call())
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(fakes.plan_started.wait(), 30)  # the request reached the handler
     task.cancel()
-    await asyncio.wait_for(fakes.cancelled.wait(), 2)
+    await asyncio.wait_for(fakes.cancelled.wait(), 30)
 
 
 async def test_disconnect_mid_stream_cancels_work(base_url: str, fakes: Fakes) -> None:
-    fakes.load_delay = 30
-    async with aiohttp.ClientSession() as session:
+    fakes.load_delay = 300
+    async with aiohttp.ClientSession(headers=AUTH) as session:
         resp = await session.post(base_url, json=BODY)
-        await asyncio.wait_for(resp.content.readline(), 2)
-        await asyncio.wait_for(fakes.load_started.wait(), 2)
+        await asyncio.wait_for(resp.content.readline(), 30)
+        await asyncio.wait_for(fakes.load_started.wait(), 30)
         resp.close()
-    await asyncio.wait_for(fakes.cancelled.wait(), 2)
+    await asyncio.wait_for(fakes.cancelled.wait(), 30)
+    assert not fakes.load_finished
 
 
 async def test_validation_error_has_goodmem_body(base_url: str) -> None:
@@ -255,7 +269,7 @@ async def test_validation_error_has_goodmem_body(base_url: str) -> None:
 async def test_get_form_over_http(base_url: str) -> None:
     url = f"{base_url}?message=hi+there&spaceIds={S1}&requestedSize=2&pp_max_results=3"
     async with (
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(headers=AUTH) as session,
         session.get(url, headers={"Accept": "text/event-stream"}) as r,
     ):
         raw = await r.read()
@@ -267,7 +281,7 @@ async def test_get_form_over_http(base_url: str) -> None:
 
 @pytest.mark.parametrize("raw", [b"", b"{not json", b"\xff\xfe{}", b"[1]"])
 async def test_malformed_bodies_are_400(base_url: str, raw: bytes) -> None:
-    headers = {"Content-Type": "application/json"}
+    headers = {**AUTH, "Content-Type": "application/json"}
     async with aiohttp.ClientSession() as session, session.post(base_url, data=raw, headers=headers) as resp:
         assert resp.status == 400
         assert (await resp.json())["status"] == 400

@@ -1,7 +1,9 @@
-"""GoodMem retrieve, planning phase, against recording fakes of the store-facing functions.
+"""GoodMem retrieve, planning phase, with what planning asks of the rest of memproxy recorded.
 
-These pin the ordering guarantees that an end-to-end test cannot observe from outside: every permission is
-checked before anything is embedded or searched, and a multi-embedder space is fused from exact scores.
+``Retriever``'s public methods for a space, a permission and a k-NN search are replaced by recorders (and the
+embedder registry by a fake), to pin the ordering guarantees that an end-to-end test cannot observe from
+outside: every permission is checked before anything is embedded or searched, and a multi-embedder space is
+fused from exact scores.
 """
 
 from __future__ import annotations
@@ -9,20 +11,26 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from proxy.core.containers import Container
-from proxy.core.goodmem import retrieve as core
+from proxy.core.goodmem.auth import Principal
+from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.retrieve import (
     EmbedderWeight,
     HnswOptions,
+    RetrievalPlan,
+    Retriever,
     RetrieveRequest,
+    SpaceFailed,
     SpaceKey,
-    plan_retrieval,
+    SpaceSkipped,
 )
 from proxy.core.query import VectorSearch
+from proxy.core.services import Services
+from proxy.embedding import EmbedderOverloaded
 from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound, Unavailable
 from proxy.store.query import Hit, MatchAll, Terms
 
@@ -58,6 +66,7 @@ class Recorder:
     cosines: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     denied: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
+    overloaded: bool = False
 
 
 class FakeEmbedder:
@@ -65,6 +74,8 @@ class FakeEmbedder:
         self.rec, self.embedder_id = rec, embedder_id
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self.rec.overloaded:
+            raise EmbedderOverloaded("embedder is overloaded; retry later")
         self.rec.log.append(f"embed:{self.embedder_id}")
         return [[1.0, 0.0] for _ in texts]
 
@@ -80,23 +91,31 @@ class FakeRegistry:
         return FakeEmbedder(self.rec, embedder_id)
 
 
-@pytest.fixture()
-def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    rec = Recorder()
-    spaces = {S1: container(S1, [(E1, 1.0)]), S2: container(S2, [(E1, 1.0), (E2, 0.5)])}
+SPACES = {S1: container(S1, [(E1, 1.0)]), S2: container(S2, [(E1, 1.0), (E2, 0.5)])}
 
-    async def get_space(svc: Any, space_id: str, *, cached: bool = False) -> Container:
-        rec.log.append(f"get:{space_id}")
-        if space_id not in spaces:
+
+class RecordingRetriever(Retriever):
+    """The real planning; spaces, permissions and searches answered from the recorder."""
+
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__(
+            GoodMem.create(Services(store=cast(Any, None), embedders=cast(Any, FakeRegistry(rec))))
+        )
+        self.rec = rec
+
+    async def get_space(self, space_id: str) -> Container:
+        self.rec.log.append(f"get:{space_id}")
+        if space_id not in SPACES:
             raise NotFound("Space not found")
-        return spaces[space_id]
+        return SPACES[space_id]
 
-    async def authorize_space(svc: Any, principal: Any, c: Container, op: str) -> None:
-        rec.log.append(f"auth:{c.id}:{op}")
-        if c.id in rec.denied:
-            raise Forbidden(f"Permission denied: {op} on space {c.id}")
+    async def authorize(self, principal: Principal, container: Container, op: str) -> None:
+        self.rec.log.append(f"auth:{container.id}:{op}")
+        if container.id in self.rec.denied:
+            raise Forbidden(f"Permission denied: {op} on space {container.id}")
 
-    async def semantic_search(svc: Any, search: VectorSearch) -> list[Hit]:
+    async def search(self, search: VectorSearch) -> list[Hit]:
+        rec = self.rec
         rec.log.append(f"search:{search.container.id}:{search.vector_field}")
         rec.searches.append(search)
         if search.container.id in rec.failing:
@@ -111,19 +130,14 @@ def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
             for cid, c in ranked
         ]
 
-    monkeypatch.setattr("proxy.core.goodmem.spaces.get_space", get_space)
-    monkeypatch.setattr("proxy.core.goodmem.auth.authorize_space", authorize_space)
-    monkeypatch.setattr("proxy.core.search.semantic_search", semantic_search)
-    return rec
+
+@pytest.fixture()
+def rec() -> Recorder:
+    return Recorder()
 
 
-def svc(rec: Recorder) -> Any:
-    return SimpleNamespace(store=None, embedders=FakeRegistry(rec))
-
-
-def plan(rec: Recorder, req: RetrieveRequest) -> core.RetrievalPlan:
-    principal: Any = SimpleNamespace(user_id="u")
-    return asyncio.run(plan_retrieval(svc(rec), principal, req))
+def plan(rec: Recorder, req: RetrieveRequest) -> RetrievalPlan:
+    return asyncio.run(RecordingRetriever(rec).plan(Principal("u", "k"), req))
 
 
 def test_every_permission_is_checked_before_any_work(rec: Recorder) -> None:
@@ -140,15 +154,9 @@ def test_unknown_space_is_404_before_any_work(rec: Recorder) -> None:
     assert not any(e.startswith(("embed", "search")) for e in rec.log)
 
 
-def test_filter_without_filters_module_or_bad_filter_is_400_before_lookups(
-    rec: Recorder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def boom(text: str, where: str) -> Any:
-        raise BadRequest(f"Invalid filter in {where}: nope")
-
-    monkeypatch.setattr(core, "parse_space_filter", boom)
+def test_bad_filter_is_400_before_lookups(rec: Recorder) -> None:
     with pytest.raises(BadRequest, match=r"spaceKeys\[0\]\.filter"):
-        plan(rec, RetrieveRequest("q", (SpaceKey(S1, filter="bad"),)))
+        plan(rec, RetrieveRequest("q", (SpaceKey(S1, filter="CAST(val('$.a') AS TEXT) = "),)))
     assert rec.log == []
 
 
@@ -211,7 +219,7 @@ def test_space_without_positive_weight_is_a_status(rec: Recorder) -> None:
     rec.cosines[(S2, "memory_embedding")] = {"x": 0.5}
     req = RetrieveRequest("q", (SpaceKey(S1, embedder_weights=(EmbedderWeight(E1, 0.0),)), SpaceKey(S2)))
     result = plan(rec, req)
-    assert [s["status"]["code"] for s in result.statuses] == ["SPACE_NO_EMBEDDERS"]
+    assert result.notes == [SpaceSkipped(S1)]
     assert [i.chunk_id for i in result.items] == ["x"]
 
 
@@ -219,20 +227,15 @@ def test_partial_search_failure_is_a_status_total_failure_raises(rec: Recorder) 
     rec.cosines[(S1, "memory_embedding")] = {"a": 0.5}
     rec.failing.add(S2)
     result = plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
-    assert [s["status"]["code"] for s in result.statuses] == ["VECTOR_SEARCH_FAILED"]
+    assert [type(n) for n in result.notes] == [SpaceFailed] and result.notes[0].space_id == S2
     assert [i.chunk_id for i in result.items] == ["a"]
     rec.failing.add(S1)
     with pytest.raises(MemproxyError):
         plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
 
 
-def test_embedder_overload_is_429_before_streaming(rec: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.embedding import EmbedderOverloaded
-
-    async def overloaded(self: FakeEmbedder, texts: list[str]) -> list[list[float]]:
-        raise EmbedderOverloaded("embedder is overloaded; retry later")
-
-    monkeypatch.setattr(FakeEmbedder, "embed", overloaded)
+def test_embedder_overload_is_429_before_streaming(rec: Recorder) -> None:
+    rec.overloaded = True
     with pytest.raises(EmbedderOverloaded) as info:
         plan(rec, RetrieveRequest("q", (SpaceKey(S1), SpaceKey(S2))))
     assert info.value.status == 429

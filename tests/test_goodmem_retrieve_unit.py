@@ -16,12 +16,16 @@ import pytest
 from goodmem.models.retrieve_memory_event import RetrieveMemoryEvent as GenBEvent
 from multidict import CIMultiDict, MultiDict, MultiDictProxy
 
-from proxy.api.goodmem.retrieve import (
-    parse_get_query,
-    parse_post_body,
-    parse_stream_terminal,
-    parse_timeout_ms,
+from proxy.api.goodmem.retrieve import parse_stream_terminal, parse_timeout_ms
+from proxy.api.goodmem.retrieve_body import parse_post_body
+from proxy.api.goodmem.retrieve_events import (
+    EventAssembler,
+    StreamFailure,
+    post_processor_statuses,
+    request_statuses,
+    retrieval_events,
 )
+from proxy.api.goodmem.retrieve_wire import parse_get_query
 from proxy.api.goodmem.streaming import (
     completed_record,
     error_record,
@@ -29,26 +33,19 @@ from proxy.api.goodmem.streaming import (
     negotiate_format,
     sse_frame,
 )
+from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.retrieve import (
-    CHAT_POST_PROCESSOR,
     ChatConfig,
-    EventAssembler,
     HnswOptions,
     RankedChunk,
     RetrievalPlan,
     RetrieveRequest,
     SpaceKey,
-    StreamFailure,
-    WeightedHits,
-    cosine_from_os_score,
-    fuse_space,
-    merge_spaces,
-    post_processor_statuses,
-    query_text,
-    request_statuses,
-    retrieval_events,
 )
+from proxy.core.goodmem.retrieve.rank import WeightedHits, cosine_from_os_score, fuse_space, merge_spaces
+from proxy.core.goodmem.retrieve.request import CHAT_POST_PROCESSOR, query_text
 from proxy.errors import BadRequest
+from tests.goodmem_helpers import memory_record
 
 with warnings.catch_warnings():  # goodmem-client announces its own deprecation on import
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -413,20 +410,8 @@ def test_merge_spaces_best_first_dedup_and_cap() -> None:
 # --- event assembly -----------------------------------------------------------------------------------------
 
 
-def memory(mid: str, space: str = S1) -> dict[str, Any]:
-    return {
-        "memoryId": mid,
-        "spaceId": space,
-        "contentType": "text/plain",
-        "processingStatus": "COMPLETED",
-        "pageImageStatus": "COMPLETED",
-        "pageImageCount": 0,
-        "createdAt": 1,
-        "updatedAt": 1,
-        "createdById": "u1",
-        "updatedById": "u1",
-        "metadata": {},
-    }
+def memory(mid: str, space: str = S1) -> MemoryRecord:
+    return memory_record(mid, space, actor="u1")
 
 
 ITEMS = [chunk("c1", "m1", 0.9), chunk("c2", "m2", 0.8), chunk("c3", "m1", 0.7), chunk("c4", "m3", 0.6)]
@@ -440,7 +425,7 @@ def collect(plan: RetrievalPlan, loader: Any, deadline: float | None = None) -> 
 
 
 def loader_for(known: set[str], calls: list[list[str]] | None = None) -> Any:
-    async def load(ids: list[str]) -> Mapping[str, Mapping[str, Any]]:
+    async def load(ids: list[str]) -> Mapping[str, MemoryRecord]:
         if calls is not None:
             calls.append(list(ids))
         return {i: memory(i) for i in ids if i in known}
@@ -518,7 +503,7 @@ def test_missing_memory_is_reported_and_its_chunks_left_out() -> None:
 
 def test_empty_result_still_has_boundaries_and_statuses_around_it() -> None:
     req = RetrieveRequest("m", (SpaceKey(S1),), chat=ChatConfig(), hnsw=HnswOptions(max_scan_tuples=3))
-    events = collect(RetrievalPlan(request=req, items=[], statuses=request_statuses(req)), loader_for(set()))
+    events = collect(RetrievalPlan(request=req, items=[]), loader_for(set()))
     assert kinds(events) == ["status", "resultSetBoundary", "resultSetBoundary", "status", "status"]
     assert events[1]["resultSetBoundary"]["expectedItems"] == 0
 
@@ -533,7 +518,7 @@ def test_loads_in_batches() -> None:
 
 
 def test_deadline_while_loading_is_a_stream_failure() -> None:
-    async def slow(ids: list[str]) -> Mapping[str, Mapping[str, Any]]:
+    async def slow(ids: list[str]) -> Mapping[str, MemoryRecord]:
         await asyncio.sleep(5)
         return {}
 

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
-from typing import Any
+import json
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.goodmem.apikeys import api_key_json
-from proxy.core.goodmem.auth import Principal, extract_api_key
+from proxy.api.goodmem.memory_wire import MemoryCreateBody
+from proxy.api.goodmem.render import api_key_json, chunk_json, memory_json
+from proxy.api.goodmem.state import extract_api_key
+from proxy.core.goodmem.apikeys import ApiKey
+from proxy.core.goodmem.auth import Principal
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, chunk_text, parse_chunking
-from proxy.core.goodmem.content import is_text_type, parse_create_request
+from proxy.core.goodmem.content import is_text_type
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.ids import check_uuid
+from proxy.core.goodmem.memories import create_memory
 from proxy.core.goodmem.paging import decode_offset, decode_token, encode_offset, encode_token
-from proxy.core.goodmem.records import MemoryRecord, chunk_json, memory_json, record_from_long_term
-from proxy.core.goodmem.validation import apply_labels, check_labels, check_uuid
-from proxy.errors import BadRequest
+from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
+from proxy.core.goodmem.validation import LabelChange, check_labels
+from proxy.core.services import Services
+from proxy.errors import BadRequest, Overloaded, Unavailable
 
 SID = "01a0ace1-f672-7105-9642-bf658ff8f51a"
 
@@ -45,7 +54,7 @@ def test_recursive_prefers_paragraphs() -> None:
 def test_recursive_overlap_and_limit() -> None:
     text = " ".join(f"w{i}" for i in range(200))
     chunks = chunk_text(text, parse_chunking(recursive(40, 10)))
-    assert all(len(c.text) <= 40 for c in chunks)
+    assert len(chunks) > 1 and all(len(c.text) <= 40 for c in chunks)
     assert all(b.start < a.end for a, b in itertools.pairwise(chunks))  # they overlap
     assert chunks[0].start == 0 and chunks[-1].end == len(text)
 
@@ -96,6 +105,7 @@ def test_chunks_are_exact_spans(text: str, size: int, overlap_frac: float, kind:
         "none": {"none": {}},
     }[kind]
     chunks = chunk_text(text, parse_chunking(cfg))
+    assert chunks or not text.strip(), "a text with content yields chunks"
     for i, c in enumerate(chunks):
         assert c.sequence == i
         assert text[c.start : c.end] == c.text
@@ -103,7 +113,7 @@ def test_chunks_are_exact_spans(text: str, size: int, overlap_frac: float, kind:
         if kind != "none":
             assert len(c.text) <= size
     # every non-space character is covered by some chunk
-    covered = set()
+    covered: set[int] = set()
     for c in chunks:
         covered.update(range(c.start, c.end))
     assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())
@@ -136,13 +146,13 @@ def test_default_chunking_round_trip() -> None:
 
 
 def test_plain_text_defaults_content_type() -> None:
-    req = parse_create_request({"spaceId": SID, "originalContent": "héllo", "originalContentB64": None})
+    req = MemoryCreateBody.read({"spaceId": SID, "originalContent": "héllo", "originalContentB64": None})
     assert req.content_type == "text/plain" and req.content == "héllo".encode() and req.text == "héllo"
 
 
 def test_base64_text_type() -> None:
     data = base64.b64encode(b'{"a": 1}').decode()
-    req = parse_create_request(
+    req = MemoryCreateBody.read(
         {"spaceId": SID, "originalContentB64": data, "contentType": "application/json"}
     )
     assert req.text == '{"a": 1}'
@@ -165,7 +175,7 @@ def test_base64_text_type() -> None:
 )
 def test_bad_create_requests(body: dict[str, object]) -> None:
     with pytest.raises(BadRequest):
-        parse_create_request(body)
+        MemoryCreateBody.read(body)
 
 
 def test_text_types() -> None:
@@ -232,10 +242,12 @@ def test_api_key_json_lifecycle() -> None:
         "created_at": 1,
         "updated_at": 1,
     }
-    assert api_key_json(doc, now=2)["lifecycleState"] == "USABLE"
-    assert api_key_json({**doc, "expires_at": 2}, now=3)["status"] == "INACTIVE"
-    assert api_key_json({**doc, "revoked_at": 2}, now=3)["lifecycleState"] == "REVOKED"
-    assert api_key_json({**doc, "valid_from": 9}, now=3)["lifecycleState"] == "NOT_YET_VALID"
+    assert api_key_json(ApiKey.from_source(doc), now=2)["lifecycleState"] == "USABLE"
+    assert api_key_json(ApiKey.from_source({**doc, "expires_at": 2}), now=3)["status"] == "INACTIVE"
+    assert api_key_json(ApiKey.from_source({**doc, "revoked_at": 2}), now=3)["lifecycleState"] == "REVOKED"
+    assert (
+        api_key_json(ApiKey.from_source({**doc, "valid_from": 9}), now=3)["lifecycleState"] == "NOT_YET_VALID"
+    )
 
 
 # --- auth, tokens, validation ---------------------------------------------------------------------
@@ -258,10 +270,13 @@ def test_tokens_round_trip() -> None:
 
 
 def test_labels() -> None:
-    assert apply_labels({"a": "1"}, None, {"b": "2"}) == {"a": "1", "b": "2"}
-    assert apply_labels({"a": "1"}, {}, None) == {}
+    assert LabelChange.parse(None, {"b": "2"}).apply({"a": "1"}) == {"a": "1", "b": "2"}
+    assert LabelChange.parse({}, None).apply({"a": "1"}) == {}
+    assert LabelChange.parse(None, None).apply({"a": "1"}) == {"a": "1"}
     with pytest.raises(BadRequest):
-        apply_labels({}, {"a": "1"}, {"b": "2"})
+        LabelChange.parse({"a": "1"}, {"b": "2"})
+    with pytest.raises(BadRequest, match="labels may hold at most 20"):
+        LabelChange.parse(None, {"k": "v"}).apply({str(i): "x" for i in range(20)})
     with pytest.raises(BadRequest):
         check_labels({"Bad Key": "x"}, strict_keys=True)
     with pytest.raises(BadRequest):
@@ -272,99 +287,141 @@ def test_labels() -> None:
 
 # --- no half-stored memory -------------------------------------------------------------------------
 
-
-class _FakeSvc:
-    store = None
-    embedders = None
+CHUNKS = ".plugins-ml-am-default-memory-long-term"
 
 
-def _container() -> Any:
-    from proxy.core.containers import Container
+class FakeNode:
+    """The node as memory create sees it (one space, its long-term index and the record index); it records
+    the chunks bulk-written, the records written and the chunk ids named by deletes."""
 
-    cfg = {"embedding_model_type": "TEXT_EMBEDDING", "embedding_model_id": "e1", "embedding_dimension": 3}
-    return Container.from_source(SID, {"name": "s", "configuration": cfg, "goodmem": {"owner_id": "u1"}})
+    def __init__(self) -> None:
+        self.chunks: list[dict[str, Any]] = []
+        self.records: list[str] = []
+        self.deleted: list[str] = []
+        self.records_down = False
+
+    async def request(self, method: str, path: str, *, body: Any = None, params: Any = None) -> Any:
+        if method == "GET" and path == f"/.plugins-ml-am-memory-container/_doc/{SID}":
+            cfg = {
+                "embedding_model_type": "TEXT_EMBEDDING",
+                "embedding_model_id": "e1",
+                "embedding_dimension": 3,
+            }
+            source = {"name": "s", "configuration": cfg, "goodmem": {"owner_id": "u1"}}
+            return {"_id": SID, "found": True, "_source": source, "_seq_no": 0, "_primary_term": 1}
+        if method == "POST" and path == "/_bulk":
+            lines = [json.loads(line) for line in body.splitlines()]
+            items = []
+            for meta, doc in zip(lines[::2], lines[1::2], strict=True):
+                self.chunks.append({"_id": meta["create"]["_id"], **doc})
+                items.append({"create": {"_id": meta["create"]["_id"], "status": 201}})
+            return {"errors": False, "items": items}
+        if method == "PUT" and path == "/memproxy-goodmem-memories":
+            return {"acknowledged": True}
+        if method == "PUT" and path.startswith("/memproxy-goodmem-memories/_doc/"):
+            if self.records_down:
+                raise Unavailable("OpenSearch is unreachable")
+            self.records.append(path.rsplit("/", 1)[1])
+            return {"result": "created"}
+        if method == "POST" and path == f"/{CHUNKS}/_delete_by_query":
+            written = {c["_id"] for c in self.chunks}
+            self.deleted.extend(s for s in _strings(body) if s in written)
+            return {"deleted": len(self.deleted)}
+        raise AssertionError(f"unexpected node call {method} {path}")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+class FakeEmbedders:
+    def __init__(self) -> None:
+        self.full = False
+
+    def get(self, embedder_id: str) -> FakeEmbedders:
+        return self
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self.full:
+            raise Overloaded("embedding queue is full")
+        return [[1.0, 0.0, 0.0] for _ in texts]
 
 
 @pytest.fixture
-def create_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
-    """memories.create_memory with the store and embedder replaced by recorders."""
-    from proxy.core.goodmem import memories
-
-    calls: dict[str, list[Any]] = {"chunks": [], "records": [], "deleted": []}
-
-    async def get_space(svc: Any, space_id: str) -> Any:
-        return _container()
-
-    async def allow(*args: Any) -> None:
-        return None
-
-    async def none_exist(svc: Any, ids: Any) -> set[str]:
-        return set()
-
-    async def write(svc: Any, container: Any, chunks: Any, refresh: bool = True) -> list[str]:
-        calls["chunks"].extend(chunks)
-        return [c.id for c in chunks]
-
-    async def delete(svc: Any, container: Any, ids: Any = None, filter: Any = None) -> int:
-        calls["deleted"].extend(ids or [])
-        return len(ids or [])
-
-    async def index_doc(store: Any, index: str, doc_id: str, body: Any, **kw: Any) -> None:
-        calls["records"].append(doc_id)
-
-    monkeypatch.setattr(memories, "get_space", get_space)
-    monkeypatch.setattr(memories, "authorize_space", allow)
-    monkeypatch.setattr(memories, "_existing_ids", none_exist)
-    monkeypatch.setattr(memories, "write_long_term", write)
-    monkeypatch.setattr(memories, "delete_long_term", delete)
-    monkeypatch.setattr(memories.gstore, "index_doc", index_doc)
-    return calls
+def node() -> FakeNode:
+    return FakeNode()
 
 
-async def test_create_stores_chunks_then_record(create_env: dict[str, list[Any]]) -> None:
-    from proxy.core.goodmem.memories import create_memory
+@pytest.fixture
+def embedders() -> FakeEmbedders:
+    return FakeEmbedders()
 
+
+@pytest.fixture
+def gm(node: FakeNode, embedders: FakeEmbedders) -> GoodMem:
+    """GoodMem over the fake node: memory create's own code runs whole, the space's owner creates."""
+    return GoodMem.create(Services(store=cast(Any, node), embedders=cast(Any, embedders)))
+
+
+async def test_create_stores_chunks_then_record(gm: GoodMem, node: FakeNode) -> None:
     body = {
         "spaceId": SID,
         "originalContent": "one. two. three.",
         "chunkingConfig": {"sentence": {"maxChunkSize": 6}},
     }
-    record = await create_memory(_FakeSvc(), Principal("u1", "k1"), body)  # type: ignore[arg-type]
+    record = await create_memory(gm, Principal("u1", "k1"), MemoryCreateBody.read(body))
     assert record.processing_status == "COMPLETED" and record.chunk_count == 3
-    assert [c.memory for c in create_env["chunks"]] == ["one.", "two.", "three."]
-    assert [(c.start_offset, c.end_offset) for c in create_env["chunks"]] == [(0, 4), (5, 9), (10, 16)]
-    assert create_env["records"] == [record.memory_id] and not create_env["deleted"]
+    assert [c["memory"] for c in node.chunks] == ["one.", "two.", "three."]
+    assert [(c["start_offset"], c["end_offset"]) for c in node.chunks] == [(0, 4), (5, 9), (10, 16)]
+    assert node.records == [record.memory_id] and not node.deleted
 
 
-async def test_failed_embedding_leaves_nothing(
-    create_env: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from proxy.core.goodmem import memories
-    from proxy.errors import Overloaded
-
-    async def busy(*args: Any, **kw: Any) -> list[str]:
-        raise Overloaded("embedding queue is full")
-
-    monkeypatch.setattr(memories, "write_long_term", busy)
+async def test_failed_embedding_leaves_nothing(gm: GoodMem, node: FakeNode, embedders: FakeEmbedders) -> None:
+    embedders.full = True
     with pytest.raises(Overloaded):
-        await memories.create_memory(
-            _FakeSvc(), Principal("u1", "k1"), {"spaceId": SID, "originalContent": "x"}
-        )  # type: ignore[arg-type]
-    assert not create_env["records"] and not create_env["deleted"]
+        await create_memory(
+            gm, Principal("u1", "k1"), MemoryCreateBody.read({"spaceId": SID, "originalContent": "x"})
+        )
+    assert not node.chunks and not node.records and not node.deleted
 
 
-async def test_failed_record_write_removes_chunks(
-    create_env: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from proxy.core.goodmem import memories
-    from proxy.errors import Unavailable
-
-    async def down(*args: Any, **kw: Any) -> None:
-        raise Unavailable("OpenSearch is unreachable")
-
-    monkeypatch.setattr(memories.gstore, "index_doc", down)
+async def test_failed_record_write_removes_chunks(gm: GoodMem, node: FakeNode) -> None:
+    node.records_down = True
     with pytest.raises(Unavailable):
-        await memories.create_memory(
-            _FakeSvc(), Principal("u1", "k1"), {"spaceId": SID, "originalContent": "a. b."}
-        )  # type: ignore[arg-type]
-    assert create_env["chunks"] and create_env["deleted"] == [c.id for c in create_env["chunks"]]
+        await create_memory(
+            gm, Principal("u1", "k1"), MemoryCreateBody.read({"spaceId": SID, "originalContent": "a. b."})
+        )
+    assert node.chunks and sorted(node.deleted) == sorted(c["_id"] for c in node.chunks)
+
+
+# --- state owned by the application ----------------------------------------------------------------
+
+
+async def test_background_work_is_cancelled_when_goodmem_closes() -> None:
+    gm = GoodMem.create(Services(store=cast(Any, None), embedders=cast(Any, None)))
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def failing() -> None:
+        raise RuntimeError("best effort")
+
+    gm.background.spawn(slow(), "slow work")
+    gm.background.spawn(failing(), "failing work")
+    await started.wait()
+    await asyncio.sleep(0)
+    assert len(gm.background) == 1  # the failure was logged and dropped
+    await gm.close()
+    assert cancelled.is_set() and len(gm.background) == 0

@@ -84,6 +84,7 @@ def test_wire_shape_and_base64_decode_to_the_same_vectors(proxy_url: str, client
     for status, body in bodies.values():
         assert status == 200
         assert set(body) == {"object", "data", "model", "usage"} and body["model"] == DEFAULT_EMBEDDER_ID
+        assert len(body["data"]) == len(TEXTS)
         assert all(set(d) == {"object", "index", "embedding"} for d in body["data"])
         assert set(body["usage"]) == {"prompt_tokens", "total_tokens"}
     floats = np.asarray([d["embedding"] for d in bodies["float"][1]["data"]], dtype=np.float32)

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.api.opensearch_memory.configuration import parse_configuration
+from proxy.api.opensearch_memory.lenient import as_int, coerce_string_map, scalar_string_map
 from proxy.core.configuration import (
     complete_for_create,
     merge_update,
-    parse_configuration,
     validate_backend_roles,
     validate_index_prefix,
 )
 from proxy.core.containers import Container, parse_memory_type
-from proxy.core.lenient import as_int, coerce_string_map, scalar_string_map
 from proxy.core.search import _fuse, min_max_normalize
 from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound
 from proxy.store.query import (

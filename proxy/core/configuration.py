@@ -1,10 +1,9 @@
-"""A container's ``configuration`` object: parsing, validation and merging, with ml-commons' texts.
+"""A container's ``configuration``: its defaults, cross-field rules and merging, with ml-commons' texts.
 
-``parse_configuration`` is ml-commons' constructor (field types and single-object rules);
+The configuration arrives typed (the OpenSearch slice parses ml-commons' wire object, GoodMem builds its own);
 ``complete_for_create`` fills the defaults and applies the cross-field rules of create; ``merge_update``
-applies an update body the way ``PUT /memory_containers/{id}`` does. Embedding models are memproxy's
-embedders: ``embedding_model_id`` names one in the registry and ``embedding_dimension`` must equal its
-dimension.
+applies an update the way ``PUT /memory_containers/{id}`` does. Embedding models are memproxy's embedders:
+``embedding_model_id`` names one in the registry and ``embedding_dimension`` must equal its dimension.
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ import re
 import secrets
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.core.lenient import as_bool, as_int, as_object, as_str, as_str_list, token_error
 from proxy.errors import BadRequest, Forbidden, NotFound
 
 __all__ = [
@@ -28,7 +26,6 @@ __all__ = [
     "has_embedding",
     "merge_update",
     "new_strategy_id",
-    "parse_configuration",
     "reject_retention_policy",
     "validate_backend_roles",
     "validate_index_prefix",
@@ -51,116 +48,13 @@ CONFIG_KEY_ORDER = (
 )
 
 STRATEGY_TYPES = ("SEMANTIC", "USER_PREFERENCE", "SUMMARY")
-EMBEDDING_TYPES = ("TEXT_EMBEDDING", "SPARSE_ENCODING")
-# ml-commons FunctionName values: a known name that is not an embedding type gets a different message.
-_FUNCTION_NAMES = frozenset(
-    {
-        "LINEAR_REGRESSION",
-        "KMEANS",
-        "AD_LIBSVM",
-        "SAMPLE_ALGO",
-        "LOCAL_SAMPLE_CALCULATOR",
-        "FIT_RCF",
-        "BATCH_RCF",
-        "ANOMALY_LOCALIZATION",
-        "RCF_SUMMARIZE",
-        "LOGISTIC_REGRESSION",
-        "TEXT_EMBEDDING",
-        "METRICS_CORRELATION",
-        "REMOTE",
-        "SPARSE_ENCODING",
-        "SPARSE_TOKENIZE",
-        "TEXT_SIMILARITY",
-        "QUESTION_ANSWERING",
-        "AGENT",
-        "CONNECTOR",
-        "TOOL",
-    }
-)
 DEFAULT_MAX_INFER_SIZE = 5
-MAX_INFER_SIZE_LIMIT = 10
 
 _RETENTION_DISABLED = (
     "Cannot set retention_policy: the memory retention feature is not enabled. To enable it, please update "
     "the cluster setting plugins.ml_commons.memory.retention_enabled"
 )
 _BACKEND_ROLE_CHARS = re.compile(r"^[\w:+=,.@\-/]+$", re.UNICODE)
-
-
-def _embedding_type(value: Any) -> str:
-    text = as_str(value).upper()
-    if text not in _FUNCTION_NAMES:
-        raise BadRequest("Wrong function name")
-    if text not in EMBEDDING_TYPES:
-        raise BadRequest("Embedding model type must be either TEXT_EMBEDDING or SPARSE_ENCODING")
-    return text
-
-
-def _parse_strategy(raw: Any, *, is_update: bool) -> dict[str, Any]:
-    obj = as_object(raw)
-    strategy: dict[str, Any] = {}
-    if obj.get("id") is not None:
-        strategy["id"] = as_str(obj["id"])
-    if obj.get("enabled") is not None:
-        strategy["enabled"] = as_bool(obj["enabled"])
-    if obj.get("type") is not None:
-        text = as_str(obj["type"]).upper()
-        if text not in STRATEGY_TYPES:
-            raise BadRequest(
-                f"Invalid memory type: {obj['type']}. Must be SEMANTIC, USER_PREFERENCE, or SUMMARY"
-            )
-        strategy["type"] = text
-    if obj.get("namespace") is not None:
-        strategy["namespace"] = as_str_list(obj["namespace"])
-    if obj.get("configuration") is not None:
-        strategy["configuration"] = as_object(obj["configuration"])
-    if not is_update and "type" not in strategy:
-        # ml-commons does not validate this and fails with a 500 later; memproxy says what is wrong.
-        raise BadRequest("Invalid memory type: null. Must be SEMANTIC, USER_PREFERENCE, or SUMMARY")
-    return strategy
-
-
-def parse_configuration(raw: Any, *, is_update: bool = False) -> dict[str, Any]:
-    """Only the recognised keys, typed and checked on their own; unknown keys are dropped."""
-    obj = as_object(raw)
-    cfg: dict[str, Any] = {}
-    for key in ("index_prefix", "llm_id", "embedding_model_id", "tenant_id"):
-        if obj.get(key) is not None:
-            cfg[key] = as_str(obj[key])
-    if obj.get("embedding_model_type") is not None:
-        cfg["embedding_model_type"] = _embedding_type(obj["embedding_model_type"])
-    if obj.get("embedding_dimension") is not None:
-        cfg["embedding_dimension"] = as_int(obj["embedding_dimension"])
-    if obj.get("max_infer_size") is not None:
-        cfg["max_infer_size"] = as_int(obj["max_infer_size"])
-    for key in ("disable_history", "disable_session", "use_system_index"):
-        if obj.get(key) is not None:
-            cfg[key] = as_bool(obj[key])
-    if obj.get("strategies") is not None:
-        if not isinstance(obj["strategies"], list):
-            raise token_error("START_ARRAY", obj["strategies"])
-        cfg["strategies"] = [_parse_strategy(s, is_update=is_update) for s in obj["strategies"]]
-    for key in ("index_settings", "parameters"):
-        if obj.get(key) is not None:
-            cfg[key] = as_object(obj[key])
-    if "retention_policy" in obj:
-        cfg["retention_policy"] = obj["retention_policy"]
-    _check_embedding_fields(cfg)
-    if cfg.get("max_infer_size", 0) > MAX_INFER_SIZE_LIMIT:
-        raise BadRequest(f"Maximum infer size cannot exceed {MAX_INFER_SIZE_LIMIT}")
-    return cfg
-
-
-def _check_embedding_fields(cfg: Mapping[str, Any]) -> None:
-    model_type, model_id = cfg.get("embedding_model_type"), cfg.get("embedding_model_id")
-    if model_type is not None and model_id is None:
-        raise BadRequest("Embedding model ID is required when embedding model type is provided")
-    if model_id is not None and model_type is None:
-        raise BadRequest("Embedding model type is required when embedding model ID is provided")
-    if model_type == "TEXT_EMBEDDING" and cfg.get("embedding_dimension") is None:
-        raise BadRequest("Dimension is required for TEXT_EMBEDDING")
-    if model_type == "SPARSE_ENCODING" and cfg.get("embedding_dimension") is not None:
-        raise BadRequest("Dimension is not allowed for SPARSE_ENCODING")
 
 
 def reject_retention_policy(cfg: Mapping[str, Any]) -> None:
@@ -361,8 +255,8 @@ def merge_update(current: Mapping[str, Any], parsed: Mapping[str, Any]) -> dict[
     return _ordered(cfg)
 
 
-def validate_backend_roles(roles: Any) -> list[str]:
-    values = as_str_list(roles)
+def validate_backend_roles(roles: Sequence[str]) -> list[str]:
+    values = list(roles)
     for role in values:
         if not role.strip():
             raise BadRequest("Backend role cannot be empty or blank", os_type="parse_exception")

@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.clock import now_ms
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 from proxy.filters import index_metadata
 from proxy.store import memories as docs
-from proxy.store.client import OpenSearchError
+from proxy.store.client import IndexMissing, node_error
 from proxy.store.query import Filter, Terms, all_of
-from proxy.store.query_dsl import compile_filter, container_term
 
 __all__ = [
     "LONG_TERM_DISABLED",
@@ -162,7 +161,7 @@ async def _undo_partial_bulk(
             )
         except Exception:  # the original failure is what the caller must see
             log.exception("could not undo %d long-term memories written before a bulk failure", len(written))
-    raise OpenSearchError(int(failed.get("status", 500)), failed.get("error") or {"type": "exception"})
+    raise node_error(int(failed.get("status", 500)), failed.get("error") or {"type": "exception"})
 
 
 async def delete_long_term(
@@ -178,12 +177,10 @@ async def delete_long_term(
     if ids is not None and not ids:
         return 0
     selection = all_of([Terms("_id", tuple(ids)) if ids is not None else None, filter])
-    query = compile_filter(selection) or {"match_all": {}}
-    scoped = {"bool": {"must": [query], "filter": [container_term(container.id)]}}
     try:
-        result = await docs.delete_by_query(svc.store, index, scoped, refresh=refresh)
-    except OpenSearchError as exc:
-        if docs.is_index_missing(exc):
-            return 0
-        raise
+        result = await docs.delete_by_query(
+            svc.store, index, selection, container_id=container.id, refresh=refresh
+        )
+    except IndexMissing:
+        return 0
     return int(result.get("deleted", 0))

@@ -13,29 +13,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.clock import now_ms
-from proxy.core.containers import EMPTY_SEARCH_RESPONSE, Container
+from proxy.core.container_record import Container
 from proxy.core.longterm import embed_texts
 from proxy.core.services import Services
-from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound
+from proxy.errors import BadRequest, Conflict, Forbidden, MemproxyError, NotFound
 from proxy.store import memories as docs
-from proxy.store.client import OpenSearchError
-from proxy.store.query_dsl import (
-    add_filter,
-    apply_ml_search_options,
-    container_term,
-    neural_clauses,
-    replace_neural,
-)
+from proxy.store import search as searches
+from proxy.store.client import IndexMissing
+from proxy.store.query import Filter
+from proxy.store.query_dsl import neural_clauses
 
 __all__ = [
+    "UPDATABLE_FIELDS",
     "AddMemoryRequest",
     "CreateSessionRequest",
+    "MemoryUpdate",
     "add_memory",
     "create_session",
     "delete_by_query",
     "delete_memory",
     "get_memory",
-    "render_memory",
     "search_memories",
     "update_memory",
 ]
@@ -54,76 +51,12 @@ NO_LLM_EXTRACTION = (
     "Long-term memory extraction needs an LLM, and memproxy cannot run one: no long-term memories were "
     "extracted. Write long-term memories with POST .../memories/long-term/_memproxy_add instead."
 )
-# ml-commons 3.6 leaves the check to the node's request validation (3.8 words it as a status_exception).
-DELETE_BY_QUERY_NEEDS_QUERY = "Validation Failed: 1: Query is required;"
-
-# GET re-serialises through ml-commons' typed models: these keys, in this order, nulls and empties omitted.
-_GET_KEYS = {
-    "sessions": (
-        "owner_id",
-        "memory_container_id",
-        "summary",
-        "created_time",
-        "last_updated_time",
-        "metadata",
-        "agents",
-        "additional_info",
-        "namespace",
-        "tenant_id",
-        "pinned",
-    ),
-    "working": (
-        "memory_container_id",
-        "payload_type",
-        "messages",
-        "message_id",
-        "binary_data",
-        "structured_data",
-        "structured_data_blob",
-        "namespace",
-        "namespace_size",
-        "infer",
-        "metadata",
-        "tags",
-        "created_time",
-        "last_updated_time",
-        "owner_id",
-        "checkpoint_id",
-    ),
-    "long-term": (
-        "memory",
-        "strategy_type",
-        "tags",
-        "namespace",
-        "namespace_size",
-        "created_time",
-        "last_updated_time",
-        "memory_embedding",
-        "owner_id",
-        "strategy_id",
-        "pinned",
-    ),
-    "history": (
-        "owner_id",
-        "memory_container_id",
-        "memory_id",
-        "action",
-        "before",
-        "after",
-        "namespace",
-        "namespace_size",
-        "tags",
-        "created_time",
-        "tenant_id",
-        "error",
-        "pinned",
-    ),
-}
 _UPDATABLE = {
     "sessions": ("summary", "metadata", "agents", "additional_info"),
     "working": ("messages", "binary_data", "structured_data", "structured_data_blob", "metadata", "tags"),
     "long-term": ("memory", "tags"),
 }
+UPDATABLE_FIELDS = frozenset(key for keys in _UPDATABLE.values() for key in keys)
 _CONTENT_KEYS = {
     "sessions": ("summary",),
     "working": ("messages", "binary_data", "structured_data", "structured_data_blob"),
@@ -239,16 +172,9 @@ async def _upsert_session(
         "created_time": now,
         "last_updated_time": now,
     }
-    body = {"doc": {"last_updated_time": now}, "upsert": minimal}
-    await svc.store.request(
-        "POST", f"/{_quote(index)}/_update/{_quote(session_id)}", body=body, params={"refresh": "true"}
+    await docs.update_doc(
+        svc.store, index, session_id, {"last_updated_time": now}, upsert=minimal, refresh=True
     )
-
-
-def _quote(part: str) -> str:
-    from urllib.parse import quote
-
-    return quote(part, safe="")
 
 
 async def _record_no_extraction(
@@ -310,8 +236,8 @@ async def create_session(svc: Services, container: Container, req: CreateSession
     session_id = req.session_id if req.session_id and req.session_id.strip() else None
     try:
         result = await docs.index_doc(svc.store, index, doc, doc_id=session_id, create=True, refresh=True)
-    except OpenSearchError as exc:
-        if session_id is not None and exc.status == 409:
+    except Conflict:
+        if session_id is not None:
             return {"session_id": session_id, "status": "exists"}
         raise
     return {"session_id": result["_id"], "status": "created"}
@@ -320,29 +246,14 @@ async def create_session(svc: Services, container: Container, req: CreateSession
 # --- get / update / delete by type -----------------------------------------------------------------
 
 
-def render_memory(memory_type: str, source: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored document as ml-commons' GET returns it: known keys only, in its order, no id."""
-    out: dict[str, Any] = {}
-    for key in _GET_KEYS[memory_type]:
-        if key == "namespace_size":
-            if source.get("namespace"):
-                out[key] = len(source["namespace"])
-            continue
-        value = source.get(key)
-        if memory_type == "working" and key in ("payload_type", "infer"):
-            out[key] = value if value is not None else ("conversational" if key == "payload_type" else False)
-            continue
-        if value is None or (isinstance(value, dict | list) and not value):
-            continue
-        out[key] = value
-    return out
-
-
 async def _load(
     svc: Services, container: Container, memory_type: str, memory_id: str
 ) -> tuple[str, dict[str, Any]]:
     index = _index_or_404(container, memory_type)
-    found = await docs.get_doc(svc.store, index, memory_id)
+    try:
+        found = await docs.get_doc(svc.store, index, memory_id)
+    except IndexMissing:
+        found = None
     # Indices are shared by every container with the same prefix: another container's memory is not found.
     if found is None or found["_source"].get("memory_container_id") != container.id:
         raise NotFound("Memory not found")
@@ -350,27 +261,39 @@ async def _load(
 
 
 async def get_memory(svc: Services, container: Container, memory_type: str, memory_id: str) -> dict[str, Any]:
+    """The stored document of one memory of this container (404 when it has none by that id)."""
     _, found = await _load(svc, container, memory_type, memory_id)
-    return render_memory(memory_type, found["_source"])
+    source: dict[str, Any] = found["_source"]
+    return source
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """An update request: the fields it sets, values as sent (a field sent as ``null`` is set to ``null``, as
+    ml-commons re-indexes what it is given), and whether it asked to pin the memory."""
+
+    fields: Mapping[str, Any]
+    pinned: bool = False
 
 
 async def update_memory(
-    svc: Services, container: Container, memory_type: str, memory_id: str, changes: Mapping[str, Any]
+    svc: Services, container: Container, memory_type: str, memory_id: str, update: MemoryUpdate
 ) -> dict[str, Any]:
-    """Patch the updatable keys and re-index the whole document; the node's index result.
+    """Patch the fields the type lets an update change and re-index the whole document; the node's index
+    result.
 
     A long-term ``memory`` is embedded again, as ml-commons' ingest pipeline would.
     """
     if memory_type == "history":
         _index_or_404(container, memory_type)  # a disabled history is "not found" before it is read-only
         raise NotFound("Can't update memory history")
-    if changes.get("pinned") is not None:
+    if update.pinned:
         if memory_type == "working":
             raise BadRequest(PINNED_WORKING, os_type="status_exception")
         raise Forbidden(PINNED_DISABLED)
     index, found = await _load(svc, container, memory_type, memory_id)
     doc = dict(found["_source"])
-    applied = {k: changes[k] for k in _UPDATABLE[memory_type] if k in changes}
+    applied = {k: update.fields[k] for k in _UPDATABLE[memory_type] if k in update.fields}
     if memory_type == "long-term" and "memory" in applied:
         text = applied["memory"]
         if not isinstance(text, str) or not text.strip():
@@ -401,13 +324,11 @@ async def delete_memory(
 # --- search and delete by query --------------------------------------------------------------------
 
 
-async def _embed_neural(svc: Services, container: Container, query: Any) -> Any:
-    """``neural`` clauses (which need the neural-search plugin) become ``knn`` with memproxy's vectors."""
-    clauses = neural_clauses(query)
-    if not clauses:
-        return query
+async def _neural_vectors(svc: Services, container: Container, query: Any) -> list[list[float]]:
+    """One vector per ``neural`` clause of a caller's query (which needs the neural-search plugin on a node):
+    its ``query_text`` embedded by its ``model_id``, or by the container's embedder."""
     vectors: list[list[float]] = []
-    for clause in clauses:
+    for clause in neural_clauses(query):
         model = clause.model_id or container.embedder_id
         if model is None:
             raise BadRequest("model_id must be provided for neural query")
@@ -416,13 +337,14 @@ async def _embed_neural(svc: Services, container: Container, query: Any) -> Any:
         except NotFound:
             raise BadRequest(f"Embedding model with ID {model} not found") from None
         vectors.append([float(x) for x in (await embedder.embed([clause.query_text]))[0]])
-    return replace_neural(query, vectors)
+    return vectors
 
 
 async def search_memories(
     svc: Services, container: Container, memory_type: str, body: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The type's ``_search``, scoped to the container the way ml-commons scopes it; the node's response."""
+    """The type's ``_search`` of the caller's Search DSL body, scoped to the container the way ml-commons
+    scopes it, ``neural`` clauses embedded here; the node's response."""
     index = container.index_name(memory_type)
     if index is None:
         raise MemproxyError(
@@ -430,31 +352,27 @@ async def search_memories(
             os_type="exception",
             details={"caused_by": {"type": "null_pointer_exception", "reason": "index must not be null"}},
         )
-    request = dict(body)
-    if request.get("query") is not None and not isinstance(request["query"], Mapping):
+    query = body.get("query")
+    if query is not None and not isinstance(query, Mapping):
         raise BadRequest(
             "[query] query malformed, no start_object after query name", os_type="parsing_exception"
         )
-    request["query"] = add_filter(request.get("query"), container_term(container.id))
-    request["query"] = await _embed_neural(svc, container, request["query"])
+    vectors = await _neural_vectors(svc, container, query)
     try:
-        return await docs.search(svc.store, index, apply_ml_search_options(request))
-    except OpenSearchError as exc:
-        if docs.is_index_missing(exc):
-            return dict(EMPTY_SEARCH_RESPONSE)
-        raise
+        return await searches.ml_search(
+            svc.store, index, body, container_id=container.id, neural_vectors=vectors
+        )
+    except IndexMissing:
+        return searches.empty_search_response()
 
 
 async def delete_by_query(
-    svc: Services, container: Container, memory_type: str, query: Mapping[str, Any] | None
+    svc: Services, container: Container, memory_type: str, selection: Filter
 ) -> dict[str, Any]:
-    """The node's ``_delete_by_query`` result for ``query`` within this container (refresh=true)."""
-    if query is None:
-        raise BadRequest(DELETE_BY_QUERY_NEEDS_QUERY, os_type="action_request_validation_exception")
+    """The node's ``_delete_by_query`` result for ``selection`` within this container (refresh=true)."""
     index = container.index_name(memory_type)
     if index is None:
         raise BadRequest(
             f"Invalid memory type or memory type is disabled: {memory_type}", os_type="status_exception"
         )
-    scoped = {"bool": {"must": [dict(query)], "filter": [container_term(container.id)]}}
-    return await docs.delete_by_query(svc.store, index, scoped, refresh=True)
+    return await docs.delete_by_query(svc.store, index, selection, container_id=container.id, refresh=True)

@@ -10,7 +10,7 @@ neural-search plugin.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +18,9 @@ from proxy.core.longterm import long_term_index
 from proxy.core.query import VectorSearch
 from proxy.core.services import Services
 from proxy.errors import BadRequest
-from proxy.store import memories as docs
-from proxy.store.client import OpenSearchError
-from proxy.store.query import Hit, Term, all_of
-from proxy.store.query_dsl import bm25_search_body, compile_filter, vector_search_body
+from proxy.store import search as searches
+from proxy.store.client import IndexMissing
+from proxy.store.query import Filter, Hit, Term, all_of
 
 __all__ = [
     "MAX_K",
@@ -76,8 +75,8 @@ async def query_vector(svc: Services, search: VectorSearch) -> list[float]:
     return [float(x) for x in vectors[0]]
 
 
-def _scoped_filter(search: VectorSearch) -> dict[str, Any] | None:
-    return compile_filter(all_of([search.filter, Term("memory_container_id", search.container.id)]))
+def _scoped(search: VectorSearch) -> Filter:
+    return all_of([search.filter, Term("memory_container_id", search.container.id)])
 
 
 def _source_excludes(search: VectorSearch) -> list[str]:
@@ -85,23 +84,10 @@ def _source_excludes(search: VectorSearch) -> list[str]:
     return list(dict.fromkeys([*vector_fields, *INTERNAL_SOURCE_FIELDS, *search.source_excludes]))
 
 
-def _hits(response: Mapping[str, Any]) -> list[Hit]:
-    return [
-        Hit(
-            id=h["_id"],
-            index=h["_index"],
-            score=h.get("_score"),
-            source=h.get("_source", {}),
-            sort=h.get("sort"),
-        )
-        for h in response["hits"]["hits"]
-    ]
-
-
 def _result(response: Mapping[str, Any], hits: list[Hit] | None = None) -> SearchResult:
     total = response["hits"].get("total")
     return SearchResult(
-        hits=_hits(response) if hits is None else hits,
+        hits=searches.hits(response) if hits is None else hits,
         took=int(response.get("took", 0)),
         timed_out=bool(response.get("timed_out", False)),
         shards=dict(response.get("_shards") or {}),
@@ -109,13 +95,29 @@ def _result(response: Mapping[str, Any], hits: list[Hit] | None = None) -> Searc
     )
 
 
-async def _search_or_empty(svc: Services, index: str, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+async def _or_none(answer: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    """A search's answer; ``None`` when the long-term index does not exist yet (nothing written)."""
     try:
-        return await docs.search(svc.store, index, body)
-    except OpenSearchError as exc:
-        if docs.is_index_missing(exc):
-            return None
-        raise
+        return await answer
+    except IndexMissing:
+        return None
+
+
+def _knn(
+    svc: Services, search: VectorSearch, index: str, vector: list[float], *, with_min_score: bool
+) -> Awaitable[dict[str, Any]]:
+    return searches.vector_search(
+        svc.store,
+        index,
+        field=search.vector_field,
+        vector=vector,
+        k=search.k,
+        selection=_scoped(search),
+        min_score=search.min_score if with_min_score else None,
+        ef_search=search.ef_search,
+        source_includes=search.source_includes,
+        source_excludes=_source_excludes(search),
+    )
 
 
 async def vector_search(svc: Services, search: VectorSearch) -> SearchResult:
@@ -123,17 +125,7 @@ async def vector_search(svc: Services, search: VectorSearch) -> SearchResult:
     _check_k(search.k)
     index = long_term_index(search.container)
     vector = await query_vector(svc, search)
-    body = vector_search_body(
-        field=search.vector_field,
-        vector=vector,
-        k=search.k,
-        filter_dsl=_scoped_filter(search),
-        min_score=search.min_score,
-        ef_search=search.ef_search,
-        source_includes=search.source_includes,
-        source_excludes=_source_excludes(search),
-    )
-    response = await _search_or_empty(svc, index, body)
+    response = await _or_none(_knn(svc, search, index, vector, with_min_score=True))
     return SearchResult(hits=[]) if response is None else _result(response)
 
 
@@ -190,31 +182,22 @@ async def hybrid_search_result(
         raise BadRequest("query cannot be null or blank")
     index = long_term_index(search.container)
     vector = await query_vector(svc, search)
-    filter_dsl = _scoped_filter(search)
-    excludes = _source_excludes(search)
-    knn_body = vector_search_body(
-        field=search.vector_field,
-        vector=vector,
-        k=search.k,
-        filter_dsl=filter_dsl,
-        ef_search=search.ef_search,
-        source_includes=search.source_includes,
-        source_excludes=excludes,
-    )
-    bm25_body = bm25_search_body(
+    lexical_leg = searches.lexical_search(
+        svc.store,
+        index,
         text_field=text_field,
         text=search.query_text,
         size=search.k,
-        filter_dsl=filter_dsl,
+        selection=_scoped(search),
         source_includes=search.source_includes,
-        source_excludes=excludes,
+        source_excludes=_source_excludes(search),
     )
     lexical, neural = await asyncio.gather(
-        _search_or_empty(svc, index, bm25_body), _search_or_empty(svc, index, knn_body)
+        _or_none(lexical_leg), _or_none(_knn(svc, search, index, vector, with_min_score=False))
     )
     if lexical is None or neural is None:
         return SearchResult(hits=[])
-    legs = [{h.id: h for h in _hits(lexical)}, {h.id: h for h in _hits(neural)}]
+    legs = [{h.id: h for h in searches.hits(lexical)}, {h.id: h for h in searches.hits(neural)}]
     hits, union = _fuse(legs, [bm25_weight, neural_weight], search.k, search.min_score)
     merged = _result(neural, hits)
     return SearchResult(

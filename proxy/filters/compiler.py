@@ -1,5 +1,8 @@
 """Typed AST -> one OpenSearch query clause, exact under SQL three-valued logic.
 
+One module although long: one visitor over the typed AST (grammar → AST → one visitor per target), each
+construct's TRUE and FALSE queries next to each other.
+
 For every boolean node the compiler can build two queries: the documents where it is TRUE and those where
 it is FALSE (UNKNOWN is whatever is in neither). NOT swaps them, AND/OR combine them by De Morgan, so
 ``NOT x`` never matches a document where ``x`` is UNKNOWN — the classic bug of compiling NOT to

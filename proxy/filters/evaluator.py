@@ -1,5 +1,5 @@
 """The reference evaluator: the language's meaning, written as directly as possible. It is the oracle the
-OpenSearch compilation is tested against, and it folds constants for the compiler.
+OpenSearch compilation is tested against, and it folds constants for the compiler (one visitor, one module).
 
 SQL three-valued logic: a predicate is True, False or None (UNKNOWN); a row matches only when True.
 """

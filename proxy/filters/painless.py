@@ -1,5 +1,8 @@
 """The painless fallback: one fixed interpreter script, and the compiler from AST to its program.
 
+One module although long: most of it is the interpreter's painless source, and its opcodes must be read
+beside the compiler that emits them.
+
 Constructs plain query DSL cannot express exactly (comparing two stored values, arithmetic over stored
 values, functions of them) become a ``script`` query running SCRIPT_SOURCE. The source never changes, so
 OpenSearch compiles it once (no per-filter compilation, no compilation-rate limit), and everything that

@@ -1,4 +1,7 @@
-"""Untyped syntax -> validated, typed AST (the language's static rules live here)."""
+"""Untyped syntax -> validated, typed AST (the language's static rules live here).
+
+One module although long: it is one visitor over the syntax tree, one method per construct, and the typing
+rules read best side by side (splitting it would split the rules of one operator across files)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,61 @@
 """The connection to OpenSearch: one async opensearch-py client and one aiohttp session per app.
 
-``proxy.store`` is the only package that talks to OpenSearch. Node errors come back as
-:class:`OpenSearchError` (status and the node's own ``error`` object, so the OpenSearch front-end can
-return them verbatim); an unreachable node is :class:`proxy.errors.Unavailable`.
+``proxy.store`` is the only package that talks to OpenSearch, and this module is where its two boundaries are
+drawn once: :func:`url` builds the paths the store sends (each segment quoted here, in one place), and
+:func:`node_error` maps every error the node answers to a typed :class:`OpenSearchError` by its status, as
+opensearch-py's ``HTTP_EXCEPTIONS`` does: 404 is :class:`NodeNotFound` (:class:`IndexMissing` when the index
+itself is missing), 409 :class:`NodeConflict`, and so on. Each kind is also the project's own kind
+(``NodeNotFound`` is a :class:`proxy.errors.NotFound`), so the core writes ``except NotFound`` /
+``except IndexMissing`` / ``except Conflict`` and never tests a status by hand; and each keeps the node's
+status and ``error`` object, which the OpenSearch front-end relays verbatim. An unreachable node is
+:class:`proxy.errors.Unavailable`.
 """
 
 from __future__ import annotations
 
 import ssl
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from opensearchpy import AsyncOpenSearch
 from opensearchpy import exceptions as os_exc
 
 from proxy.config import Settings
-from proxy.errors import MemproxyError, Unavailable
+from proxy.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    MemproxyError,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+)
 
-__all__ = ["OpenSearchError", "Store"]
+__all__ = [
+    "IndexExists",
+    "IndexMissing",
+    "NodeBadRequest",
+    "NodeConflict",
+    "NodeForbidden",
+    "NodeNotFound",
+    "NodeUnauthenticated",
+    "OpenSearchError",
+    "Store",
+    "node_error",
+    "url",
+]
+
+
+def url(*segments: str) -> str:
+    """The path of one node endpoint, each segment percent-quoted (an id may hold ``/``, ``?`` or ``#``):
+    ``url(index, "_doc", doc_id)``. Every store module builds its paths with this."""
+    return "/" + "/".join(quote(segment, safe="") for segment in segments)
 
 
 class OpenSearchError(MemproxyError):
-    """An error answered by the node itself; ``body`` is its ``error`` value (an object or a string)."""
+    """An error answered by the node itself; ``body`` is its ``error`` value (an object or a string), or the
+    whole answer when it has none (a 404 ``GET``/``DELETE`` of a missing document)."""
 
     def __init__(self, status: int, body: Any):
         reason = body.get("reason", str(body)) if isinstance(body, dict) else str(body)
@@ -29,6 +63,55 @@ class OpenSearchError(MemproxyError):
         super().__init__(reason, os_type=os_type)
         self.status = status
         self.body = body
+
+
+class NodeBadRequest(OpenSearchError, BadRequest):
+    """400 from the node."""
+
+
+class IndexExists(NodeBadRequest):
+    """400 ``resource_already_exists_exception``: the index to create is there already."""
+
+
+class NodeUnauthenticated(OpenSearchError, Unauthenticated):
+    """401 from the node."""
+
+
+class NodeForbidden(OpenSearchError, Forbidden):
+    """403 from the node."""
+
+
+class NodeNotFound(OpenSearchError, NotFound):
+    """404 from the node: a missing document (or a ``not_found`` delete)."""
+
+
+class IndexMissing(NodeNotFound):
+    """404 ``index_not_found_exception``: the index itself does not exist."""
+
+
+class NodeConflict(OpenSearchError, Conflict):
+    """409 from the node: a version conflict, or ``op_type=create`` on an existing id."""
+
+
+# The one status → kind map; a few error types refine their status's kind.
+_BY_STATUS: dict[int, type[OpenSearchError]] = {
+    400: NodeBadRequest,
+    401: NodeUnauthenticated,
+    403: NodeForbidden,
+    404: NodeNotFound,
+    409: NodeConflict,
+}
+_BY_TYPE: dict[tuple[int, str], type[OpenSearchError]] = {
+    (400, "resource_already_exists_exception"): IndexExists,
+    (404, "index_not_found_exception"): IndexMissing,
+}
+
+
+def node_error(status: int, body: Any) -> OpenSearchError:
+    """The typed error for one node answer (a status and its ``error`` value)."""
+    kind = body.get("type") if isinstance(body, dict) else None
+    cls = _BY_TYPE.get((status, kind)) if isinstance(kind, str) else None
+    return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -50,7 +133,7 @@ def translate_error(exc: Exception) -> MemproxyError:
     if isinstance(exc, os_exc.TransportError) and isinstance(exc.status_code, int):
         info = exc.info
         body = info.get("error", info) if isinstance(info, dict) else (info or exc.error)
-        return OpenSearchError(exc.status_code, body)
+        return node_error(exc.status_code, body)
     return MemproxyError(f"OpenSearch call failed: {exc}")
 
 
@@ -85,12 +168,12 @@ class Store:
     async def request(
         self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
-        """One call to the node; raises the project's errors, never opensearch-py's."""
+        """One call to the node; raises the project's errors (:func:`node_error`), never opensearch-py's."""
         try:
             return await self.client.transport.perform_request(method, path, body=body, params=params)
         except Exception as exc:
             raise translate_error(exc) from exc
 
     async def cluster_health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self.request("GET", "/_cluster/health")
+        result: dict[str, Any] = await self.request("GET", url("_cluster", "health"))
         return result

@@ -1,52 +1,57 @@
-"""The container index and the per-container memory indices: creation, mappings, deletion.
+"""The container index and the per-container memory indices: creation, mappings, deletion, and the searches
+that read the container index.
 
 Index bodies come from ``index_templates/``; every call tolerates a concurrent proxy having done the same
-thing first (an index that already exists is reused, one already gone is not an error).
+thing first (an index that already exists is reused, one already gone is not an error). Container documents
+are read and written with the general document calls of :mod:`proxy.store.memories` on
+:data:`CONTAINER_INDEX`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
-from proxy.store.client import OpenSearchError, Store
-from proxy.store.memories import error_type, is_index_missing
+from proxy.store.client import IndexExists, IndexMissing, Store, url
+from proxy.store.memories import count, search
+from proxy.store.query import Filter, Term
+from proxy.store.query_dsl import compile_filter
+from proxy.store.search import ml_search
 from proxy.store.templates import render_index_body
 
 __all__ = [
     "CONTAINER_INDEX",
     "EMBEDDING_META_KEY",
+    "count_containers",
     "create_index",
     "delete_index",
     "ensure_container_index",
     "get_index_meta",
     "index_exists",
+    "list_containers",
+    "put_mapping",
     "render_memory_index",
+    "search_containers",
 ]
 
 CONTAINER_INDEX = ".plugins-ml-am-memory-container"
 # Where a long-term index records the embedding it was built for, so that a second container sharing the
 # index can be checked against it (ml-commons reads its ingest pipeline for the same purpose).
 EMBEDDING_META_KEY = "memproxy_embedding"
-
-
-def _p(part: str) -> str:
-    return quote(part, safe="")
+# The default order of a container listing: total, so ``search_after`` pages neither skip nor repeat.
+_LIST_ORDER = [{"created_time": "asc"}, {"_id": "asc"}]
 
 
 async def index_exists(store: Store, index: str) -> bool:
-    return bool(await store.request("HEAD", f"/{_p(index)}"))
+    return bool(await store.request("HEAD", url(index)))
 
 
 async def create_index(store: Store, index: str, body: Mapping[str, Any]) -> bool:
     """Create ``index``; ``False`` when it existed already (another container or proxy made it)."""
     try:
-        await store.request("PUT", f"/{_p(index)}", body=dict(body))
-    except OpenSearchError as exc:
-        if error_type(exc) == "resource_already_exists_exception":
-            return False
-        raise
+        await store.request("PUT", url(index), body=dict(body))
+    except IndexExists:
+        return False
     return True
 
 
@@ -57,23 +62,24 @@ async def ensure_container_index(store: Store) -> None:
 
 async def delete_index(store: Store, index: str) -> bool:
     try:
-        await store.request("DELETE", f"/{_p(index)}")
-    except OpenSearchError as exc:
-        if is_index_missing(exc):
-            return False
-        raise
+        await store.request("DELETE", url(index))
+    except IndexMissing:
+        return False
     return True
+
+
+async def put_mapping(store: Store, index: str, properties: Mapping[str, Any]) -> None:
+    """Add fields to an index's mapping (mappings only grow)."""
+    await store.request("PUT", url(index, "_mapping"), body={"properties": dict(properties)})
 
 
 async def get_index_meta(store: Store, index: str) -> dict[str, Any] | None:
     """The ``_meta`` of an index's mapping, its knn fields' dimensions (``knn_dimensions``) and its field
     names (``properties``); ``None`` if there is no index."""
     try:
-        result = await store.request("GET", f"/{_p(index)}/_mapping")
-    except OpenSearchError as exc:
-        if is_index_missing(exc):
-            return None
-        raise
+        result = await store.request("GET", url(index, "_mapping"))
+    except IndexMissing:
+        return None
     first: dict[str, Any] = next(iter(result.values()), {})
     mapping: dict[str, Any] = first.get("mappings", {})
     dims = {
@@ -107,3 +113,40 @@ def render_memory_index(
     if meta:
         body.setdefault("mappings", {}).setdefault("_meta", {}).update(meta)
     return body
+
+
+# --- the container index's searches ----------------------------------------------------------------
+
+
+async def count_containers(store: Store, *, index_prefix: str) -> int:
+    """How many containers keep their memories under ``index_prefix``."""
+    return await count(store, CONTAINER_INDEX, Term("configuration.index_prefix", index_prefix))
+
+
+async def list_containers(
+    store: Store,
+    selection: Filter,
+    *,
+    size: int,
+    from_: int = 0,
+    search_after: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """One page of container documents (with ``_seq_no``/``_primary_term`` and ``sort`` on every hit) in
+    creation order, ties broken by id; ``IndexMissing`` before the first container exists."""
+    body: dict[str, Any] = {
+        "size": size,
+        "track_total_hits": True,
+        "seq_no_primary_term": True,
+        "query": compile_filter(selection) or {"match_all": {}},
+        "sort": list(_LIST_ORDER),
+    }
+    if search_after is not None:
+        body["search_after"] = list(search_after)
+    elif from_:
+        body["from"] = from_
+    return await search(store, CONTAINER_INDEX, body)
+
+
+async def search_containers(store: Store, body: Mapping[str, Any]) -> dict[str, Any]:
+    """ml-commons' container ``_search`` of a caller's body; ``IndexMissing`` before the first container."""
+    return await ml_search(store, CONTAINER_INDEX, body)

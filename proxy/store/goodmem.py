@@ -1,40 +1,34 @@
-"""GoodMem's own indices (keys, users, grants, embedder records, memory records) and plain document
-operations.
+"""GoodMem's own indices (keys, users, grants, embedder records, memory records) and the calls on them.
 
-Indices are created lazily on first use, from ``index_templates/goodmem_*.json.j2``; when one already exists
-its mapping is extended additively (so a newer template, e.g. once ``proxy.filters`` adds ``metadata_index``,
-applies to an index created by an older proxy). Every write that a later read must see says ``refresh=true``.
+:class:`GoodMemIndices` is one per application (it remembers which indices it has made sure of): indices are
+created lazily on first use, from ``index_templates/goodmem_*.json.j2``; when one already exists its mapping
+is extended additively (so a newer template applies to an index created by an older proxy). Every write that a
+later read must see says ``refresh=true``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from proxy.errors import Conflict
 from proxy.filters import render_metadata_mapping
-from proxy.store.client import OpenSearchError, Store
+from proxy.store.client import OpenSearchError, Store, url
+from proxy.store.containers import CONTAINER_INDEX
+from proxy.store.memories import bulk
 from proxy.store.templates import render_index_body
 
 __all__ = [
     "APIKEYS",
     "EMBEDDERS",
     "GRANTS",
+    "LONG_TERM_PATTERN",
     "MEMORIES",
     "SYSTEM",
     "USERS",
-    "count",
-    "delete_by_query",
-    "delete_doc",
-    "ensure_index",
-    "get_doc",
-    "index_doc",
-    "mget",
-    "search",
+    "GoodMemIndices",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,6 +39,8 @@ SYSTEM = "memproxy-goodmem-system"
 EMBEDDERS = "memproxy-goodmem-embedders"
 GRANTS = "memproxy-goodmem-grants"
 MEMORIES = "memproxy-goodmem-memories"
+# Every container's long-term index (system and non-system prefixes); hidden ones need expand_wildcards=all.
+LONG_TERM_PATTERN = ".plugins-ml-am-*-memory-long-term,*-memory-long-term"
 
 _TEMPLATES = {
     APIKEYS: "goodmem_apikeys",
@@ -54,9 +50,7 @@ _TEMPLATES = {
     GRANTS: "goodmem_grants",
     MEMORIES: "goodmem_memories",
 }
-
-_ensured: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary()
-_locks: weakref.WeakKeyDictionary[Store, asyncio.Lock] = weakref.WeakKeyDictionary()
+_WILDCARD_PARAMS = {"expand_wildcards": "all", "ignore_unavailable": "true", "allow_no_indices": "true"}
 
 
 def _body(index: str) -> dict[str, Any]:
@@ -65,120 +59,176 @@ def _body(index: str) -> dict[str, Any]:
     return render_index_body(_TEMPLATES[index], metadata_mapping=mapping)
 
 
-async def ensure_index(store: Store, index: str) -> None:
-    """Create ``index`` from its template once per process; extend the mapping of an existing one."""
-    done = _ensured.setdefault(store, set())
-    if index in done:
-        return
-    lock = _locks.setdefault(store, asyncio.Lock())
-    async with lock:
-        if index in done:
+def _hits(res: Mapping[str, Any]) -> list[dict[str, Any]]:
+    hits: list[dict[str, Any]] = res.get("hits", {}).get("hits", [])
+    return hits
+
+
+class GoodMemIndices:
+    """The GoodMem indices of one store, each made sure of (created or its mapping extended) once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._ensured: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    async def ensure(self, index: str) -> None:
+        """Create ``index`` from its template once per process; extend the mapping of an existing one."""
+        if index in self._ensured:
             return
-        body = _body(index)
-        try:
-            await store.request("PUT", f"/{index}", body=body)
-        except OpenSearchError as exc:
-            if exc.os_type != "resource_already_exists_exception":
-                raise
+        async with self._lock:
+            if index in self._ensured:
+                return
+            body = _body(index)
             try:
-                await store.request("PUT", f"/{index}/_mapping", body=body["mappings"])
-            except OpenSearchError as mexc:  # an incompatible old mapping: keep serving with it
-                log.warning("could not extend the mapping of %s: %s", index, mexc.message)
-        done.add(index)
+                await self.store.request("PUT", url(index), body=body)
+            except OpenSearchError as exc:
+                if exc.os_type != "resource_already_exists_exception":
+                    raise
+                try:
+                    await self.store.request("PUT", url(index, "_mapping"), body=body["mappings"])
+                except OpenSearchError as mexc:  # an incompatible old mapping: keep serving with it
+                    log.warning("could not extend the mapping of %s: %s", index, mexc.message)
+            self._ensured.add(index)
 
+    # --- documents by id ------------------------------------------------------------------------------
 
-async def get_doc(store: Store, index: str, doc_id: str) -> dict[str, Any] | None:
-    """The document's ``_source``, or None when it (or the index) does not exist."""
-    try:
-        res = await store.request("GET", f"/{index}/_doc/{_quote(doc_id)}")
-    except OpenSearchError as exc:
-        if exc.status == 404:
+    async def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """The document's ``_source``, or None when it (or the index) does not exist."""
+        try:
+            res = await self.store.request("GET", url(index, "_doc", doc_id))
+        except OpenSearchError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if not isinstance(res, dict) or not res.get("found"):
             return None
-        raise
-    if not isinstance(res, dict) or not res.get("found"):
-        return None
-    source: dict[str, Any] = res.get("_source") or {}
-    return source
+        source: dict[str, Any] = res.get("_source") or {}
+        return source
 
+    async def mget(self, index: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Sources by id for the ids that exist."""
+        if not ids:
+            return {}
+        await self.ensure(index)
+        res = await self.store.request("POST", url(index, "_mget"), body={"ids": list(dict.fromkeys(ids))})
+        return {d["_id"]: d["_source"] for d in res.get("docs", []) if d.get("found")}
 
-async def mget(store: Store, index: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Sources by id for the ids that exist."""
-    if not ids:
-        return {}
-    await ensure_index(store, index)
-    res = await store.request("POST", f"/{index}/_mget", body={"ids": list(dict.fromkeys(ids))})
-    return {d["_id"]: d["_source"] for d in res.get("docs", []) if d.get("found")}
+    async def put(
+        self,
+        index: str,
+        doc_id: str,
+        body: Mapping[str, Any],
+        *,
+        create: bool = False,
+        conflict_message: str = "Resource already exists",
+    ) -> None:
+        """Write a document (refreshed); ``create=True`` refuses to overwrite (409 ``conflict_message``)."""
+        await self.ensure(index)
+        params: dict[str, Any] = {"refresh": "true"}
+        if create:
+            params["op_type"] = "create"
+        try:
+            await self.store.request("PUT", url(index, "_doc", doc_id), body=dict(body), params=params)
+        except OpenSearchError as exc:
+            if exc.status == 409:
+                raise Conflict(conflict_message) from None
+            raise
 
-
-async def index_doc(
-    store: Store,
-    index: str,
-    doc_id: str,
-    body: Mapping[str, Any],
-    *,
-    create: bool = False,
-    refresh: bool = True,
-    conflict_message: str = "Resource already exists",
-) -> None:
-    """Write a document; ``create=True`` refuses to overwrite (409 Conflict with ``conflict_message``)."""
-    await ensure_index(store, index)
-    params: dict[str, Any] = {"refresh": "true" if refresh else "false"}
-    if create:
-        params["op_type"] = "create"
-    try:
-        await store.request("PUT", f"/{index}/_doc/{_quote(doc_id)}", body=dict(body), params=params)
-    except OpenSearchError as exc:
-        if exc.status == 409:
-            raise Conflict(conflict_message) from None
-        raise
-
-
-async def delete_doc(store: Store, index: str, doc_id: str, *, refresh: bool = True) -> bool:
-    """Delete one document; False when it was not there."""
-    try:
-        res = await store.request(
-            "DELETE", f"/{index}/_doc/{_quote(doc_id)}", params={"refresh": "true" if refresh else "false"}
+    async def create_many(
+        self, index: str, docs: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Create documents (id, source) in one refreshed ``_bulk``; each one's outcome (``status``,
+        ``error``) in order."""
+        await self.ensure(index)
+        res = await bulk(
+            self.store, [("create", index, doc_id, dict(src)) for doc_id, src in docs], refresh=True
         )
-    except OpenSearchError as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return bool(isinstance(res, dict) and res.get("result") == "deleted")
+        return [next(iter(item.values())) for item in res.get("items", [])]
 
+    async def update_fields(self, index: str, doc_id: str, fields: Mapping[str, Any]) -> None:
+        """A partial update of an existing document (not refreshed: for bookkeeping such as lastUsedAt)."""
+        await self.store.request("POST", url(index, "_update", doc_id), body={"doc": dict(fields)})
 
-async def search(
-    store: Store, index: str, body: Mapping[str, Any], *, params: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    await ensure_index(store, index)
-    res: dict[str, Any] = await store.request("POST", f"/{index}/_search", body=dict(body), params=params)
-    return res
+    async def delete(self, index: str, doc_id: str) -> bool:
+        """Delete one document (refreshed); False when it was not there."""
+        try:
+            res = await self.store.request("DELETE", url(index, "_doc", doc_id), params={"refresh": "true"})
+        except OpenSearchError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return bool(isinstance(res, dict) and res.get("result") == "deleted")
 
+    # --- queries --------------------------------------------------------------------------------------
 
-async def count(store: Store, index: str, query: Mapping[str, Any]) -> int:
-    await ensure_index(store, index)
-    res = await store.request("POST", f"/{index}/_count", body={"query": dict(query)})
-    return int(res.get("count", 0))
+    async def search(self, index: str, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The hits of one search."""
+        await self.ensure(index)
+        return _hits(await self.store.request("POST", url(index, "_search"), body=dict(body)))
 
+    async def count(self, index: str, query: Mapping[str, Any]) -> int:
+        await self.ensure(index)
+        res = await self.store.request("POST", url(index, "_count"), body={"query": dict(query)})
+        return int(res.get("count", 0))
 
-async def delete_by_query(
-    store: Store, index: str, query: Mapping[str, Any], *, ignore_missing: bool = False
-) -> int:
-    """Delete every matching document (refreshed, conflicts skipped); the number deleted."""
-    params: dict[str, Any] = {"refresh": "true", "conflicts": "proceed"}
-    if ignore_missing:
-        params.update({"ignore_unavailable": "true", "allow_no_indices": "true"})
-    else:
-        await ensure_index(store, index)
-    try:
-        res = await store.request(
-            "POST", f"/{index}/_delete_by_query", body={"query": dict(query)}, params=params
+    async def delete_by_query(self, index: str, query: Mapping[str, Any]) -> int:
+        """Delete every matching document (refreshed, conflicts skipped); the number deleted."""
+        await self.ensure(index)
+        res = await self.store.request(
+            "POST",
+            url(index, "_delete_by_query"),
+            body={"query": dict(query)},
+            params={"refresh": "true", "conflicts": "proceed"},
         )
-    except OpenSearchError as exc:
-        if ignore_missing and exc.status == 404:
+        return int(res.get("deleted", 0))
+
+    async def search_with_long_term(
+        self, long_term_index: str | None, body: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """One search over the memory records and a space's long-term index (hits carry ``_index``)."""
+        await self.ensure(MEMORIES)
+        indices = MEMORIES + (f",{long_term_index}" if long_term_index else "")
+        res = await self.store.request(
+            "POST",
+            f"/{indices}/_search",
+            body=dict(body),
+            params={"ignore_unavailable": "true", "expand_wildcards": "all"},
+        )
+        return _hits(res)
+
+    async def long_term_without_record(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Long-term documents of any container that have no GoodMem record (written through the OpenSearch
+        API), by id, without their vectors; {} when the search fails."""
+        if not ids:
+            return {}
+        body = {
+            "size": len(ids),
+            "_source": {"excludes": ["memory_embedding*"]},
+            "query": {
+                "bool": {
+                    "filter": [{"ids": {"values": list(ids)}}],
+                    "must_not": [{"exists": {"field": "memory_id"}}],
+                }
+            },
+        }
+        try:
+            res = await self.store.request(
+                "POST", f"/{LONG_TERM_PATTERN}/_search", body=body, params=_WILDCARD_PARAMS
+            )
+        except OpenSearchError:
+            return {}
+        return {h["_id"]: h["_source"] for h in _hits(res)}
+
+    async def containers_using_embedder(self, embedder_id: str) -> int:
+        """How many containers (spaces) embed with ``embedder_id`` first; 0 when that cannot be told."""
+        try:
+            res = await self.store.request(
+                "POST",
+                url(CONTAINER_INDEX, "_count"),
+                body={"query": {"term": {"configuration.embedding_model_id": embedder_id}}},
+                params={"ignore_unavailable": "true"},
+            )
+        except OpenSearchError:
             return 0
-        raise
-    return int(res.get("deleted", 0))
-
-
-def _quote(doc_id: str) -> str:
-    return quote(doc_id, safe="")
+        return int(res.get("count", 0))

@@ -1,7 +1,18 @@
-"""Document-level calls on memory indices (and the container index): index, get, delete, bulk, search.
+"""Document calls on any index memproxy owns: the general document contract of the store.
 
-Every helper returns the node's own response (ml-commons relays most of them verbatim) and raises
-:class:`proxy.store.client.OpenSearchError` for node errors; "missing" answers come back as ``None``.
+Every function takes the store and an index name (the memory indices, the container index, GoodMem's), builds
+its path with :func:`proxy.store.client.url` and its body here or in :mod:`proxy.store.query_dsl`, and
+returns the node's own answer, which ml-commons relays verbatim for most of its routes. The contract, for
+every caller:
+
+* a missing **document** is an answer, not an error: :func:`get_doc` gives ``None``, :func:`delete_doc` the
+  node's ``"result": "not_found"`` answer;
+* a missing **index** raises :class:`proxy.store.client.IndexMissing` (a ``NotFound``) wherever the node does
+  not create one (reads, deletes, searches), so a caller that treats it as empty says so with
+  ``except IndexMissing``; ``delete_by_query(..., ignore_missing=True)`` asks the node to skip it instead;
+* a write that loses a race (``create`` on an existing id, a stale ``if_seq_no``) raises
+  :class:`proxy.store.client.NodeConflict` (a ``Conflict``);
+* any other node error is the typed :class:`proxy.store.client.OpenSearchError` of its status.
 """
 
 from __future__ import annotations
@@ -9,33 +20,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
 
-from proxy.store.client import OpenSearchError, Store
+from proxy.store.client import IndexMissing, NodeNotFound, Store, url
+from proxy.store.query import Filter
+from proxy.store.query_dsl import compile_filter, container_term
 
 __all__ = [
     "BulkOp",
     "bulk",
+    "count",
     "delete_by_query",
     "delete_doc",
-    "error_type",
     "get_doc",
     "index_doc",
-    "is_index_missing",
     "search",
+    "update_doc",
 ]
-
-
-def _p(part: str) -> str:
-    return quote(part, safe="")
-
-
-def error_type(exc: OpenSearchError) -> str | None:
-    return exc.body.get("type") if isinstance(exc.body, dict) else None
-
-
-def is_index_missing(exc: OpenSearchError) -> bool:
-    return exc.status == 404 and error_type(exc) == "index_not_found_exception"
 
 
 def _refresh(refresh: bool | str) -> str:
@@ -55,6 +55,11 @@ async def index_doc(
     if_seq_no: int | None = None,
     if_primary_term: int | None = None,
 ) -> dict[str, Any]:
+    """Write ``doc`` (a new id when ``doc_id`` is ``None``); the node's index answer (``_id``, ``_seq_no``…).
+
+    ``create`` refuses to replace an existing ``doc_id`` and ``if_seq_no``/``if_primary_term`` a changed one,
+    both with ``NodeConflict``.
+    """
     params: dict[str, Any] = {"refresh": _refresh(refresh)}
     if create and doc_id is not None:
         params["op_type"] = "create"
@@ -62,34 +67,54 @@ async def index_doc(
         params["if_seq_no"] = if_seq_no
         params["if_primary_term"] = if_primary_term
     if doc_id is None:
-        path = f"/{_p(index)}/_doc"
-        method = "POST"
+        result: dict[str, Any] = await store.request(
+            "POST", url(index, "_doc"), body=dict(doc), params=params
+        )
     else:
-        path = f"/{_p(index)}/_doc/{_p(doc_id)}"
-        method = "PUT"
-    result: dict[str, Any] = await store.request(method, path, body=dict(doc), params=params)
+        result = await store.request("PUT", url(index, "_doc", doc_id), body=dict(doc), params=params)
     return result
 
 
 async def get_doc(store: Store, index: str, doc_id: str) -> dict[str, Any] | None:
-    """The node's GET response (``_source``, ``_seq_no``, ``_primary_term``), or ``None`` when absent."""
+    """The node's GET answer (``_source``, ``_seq_no``, ``_primary_term``), or ``None`` when the document is
+    absent; ``IndexMissing`` when the index is."""
     try:
-        result: dict[str, Any] = await store.request("GET", f"/{_p(index)}/_doc/{_p(doc_id)}")
-    except OpenSearchError as exc:
-        if exc.status == 404:
-            return None
+        result: dict[str, Any] = await store.request("GET", url(index, "_doc", doc_id))
+    except IndexMissing:
         raise
+    except NodeNotFound:
+        return None
     return result if result.get("found") else None
 
 
+async def update_doc(
+    store: Store,
+    index: str,
+    doc_id: str,
+    fields: Mapping[str, Any],
+    *,
+    upsert: Mapping[str, Any] | None = None,
+    refresh: bool | str = True,
+) -> dict[str, Any]:
+    """Set ``fields`` on a stored document; ``upsert`` is written instead when there is none (else a missing
+    document is ``NodeNotFound``). The node's update answer."""
+    body: dict[str, Any] = {"doc": dict(fields)}
+    if upsert is not None:
+        body["upsert"] = dict(upsert)
+    result: dict[str, Any] = await store.request(
+        "POST", url(index, "_update", doc_id), body=body, params={"refresh": _refresh(refresh)}
+    )
+    return result
+
+
 async def delete_doc(store: Store, index: str, doc_id: str, *, refresh: bool | str = False) -> dict[str, Any]:
+    """The node's delete answer; a document gone already gives the node's ``"result": "not_found"`` answer."""
     try:
         result: dict[str, Any] = await store.request(
-            "DELETE", f"/{_p(index)}/_doc/{_p(doc_id)}", params={"refresh": _refresh(refresh)}
+            "DELETE", url(index, "_doc", doc_id), params={"refresh": _refresh(refresh)}
         )
-    except OpenSearchError as exc:
-        # A delete whose document is gone already is a "not_found" result, not an error.
-        if exc.status == 404 and isinstance(exc.body, dict) and exc.body.get("result") == "not_found":
+    except NodeNotFound as exc:
+        if isinstance(exc.body, dict) and exc.body.get("result") == "not_found":
             return dict(exc.body)
         raise
     return result
@@ -112,8 +137,9 @@ def _bulk_lines(ops: Iterable[BulkOp]) -> str:
 
 
 async def bulk(store: Store, ops: Iterable[BulkOp], *, refresh: bool | str = True) -> dict[str, Any]:
+    """One ``_bulk``; the node's answer: ``items`` say what each operation did, ``errors`` if any failed."""
     result: dict[str, Any] = await store.request(
-        "POST", "/_bulk", body=_bulk_lines(ops), params={"refresh": _refresh(refresh)}
+        "POST", url("_bulk"), body=_bulk_lines(ops), params={"refresh": _refresh(refresh)}
     )
     return result
 
@@ -121,20 +147,43 @@ async def bulk(store: Store, ops: Iterable[BulkOp], *, refresh: bool | str = Tru
 async def search(
     store: Store, index: str, body: Mapping[str, Any], *, params: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
+    """One ``_search`` with a body the store built (:mod:`proxy.store.query_dsl`); the node's answer.
+    :mod:`proxy.store.search` runs the searches of the core."""
     result: dict[str, Any] = await store.request(
-        "POST", f"/{_p(index)}/_search", body=dict(body), params=dict(params or {})
+        "POST", url(index, "_search"), body=dict(body), params=dict(params or {})
     )
     return result
 
 
+async def count(store: Store, index: str, selection: Filter) -> int:
+    """How many documents of ``index`` match ``selection``."""
+    query = compile_filter(selection) or {"match_all": {}}
+    result = await store.request("POST", url(index, "_count"), body={"query": query})
+    return int(result.get("count", 0))
+
+
 async def delete_by_query(
-    store: Store, index: str, query: Mapping[str, Any], *, refresh: bool = True
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    container_id: str | None = None,
+    refresh: bool = True,
+    ignore_missing: bool = False,
 ) -> dict[str, Any]:
-    # The node's reindex module runs it natively; conflicts=proceed so a concurrent update does not abort it.
+    """Delete the documents ``selection`` matches (within one container when ``container_id`` is given); the
+    node's answer (``deleted``, ``failures``…).
+
+    The node's reindex module runs it natively; ``conflicts=proceed``: a concurrent update does not abort it.
+    ``ignore_missing`` makes a missing index delete nothing instead of raising ``IndexMissing``.
+    """
+    query = compile_filter(selection) or {"match_all": {}}
+    if container_id is not None:
+        query = {"bool": {"must": [query], "filter": [container_term(container_id)]}}
+    params = {"refresh": _refresh(refresh), "conflicts": "proceed"}
+    if ignore_missing:
+        params.update({"ignore_unavailable": "true", "allow_no_indices": "true"})
     result: dict[str, Any] = await store.request(
-        "POST",
-        f"/{_p(index)}/_delete_by_query",
-        body={"query": dict(query)},
-        params={"refresh": _refresh(refresh), "conflicts": "proceed"},
+        "POST", url(index, "_delete_by_query"), body={"query": query}, params=params
     )
     return result

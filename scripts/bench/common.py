@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import numpy as np
@@ -435,16 +435,16 @@ async def goodmem_key(proxy_url: str, opensearch_url: str) -> str:
             return str(body["rootApiKey"])
         async with session.get(opensearch_url + "/memproxy-goodmem-system/_doc/instance") as resp:
             root = (await resp.json())["_source"]["root_user_id"]
-    from types import SimpleNamespace
-
     from proxy.config import Settings
     from proxy.core.goodmem.apikeys import issue_key
+    from proxy.core.goodmem.context import GoodMem
+    from proxy.core.services import Services
     from proxy.store.client import Store
 
     store = Store(Settings(opensearch_url=opensearch_url))
     try:
-        svc: Any = SimpleNamespace(store=store, embedders=None)
-        issued = await issue_key(svc, user_id=root, actor_id=root, labels={"purpose": "benchmark"})
+        gm = GoodMem.create(Services(store=store, embedders=cast(Any, None)))  # a key embeds nothing
+        issued = await issue_key(gm, user_id=root, actor_id=root, labels={"purpose": "benchmark"})
         return str(issued.raw_key)
     finally:
         await store.close()

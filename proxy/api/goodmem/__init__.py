@@ -1,4 +1,5 @@
-"""The GoodMem REST API (``/v1/...``), one module per noun; ``setup(app)`` mounts every route.
+"""The GoodMem REST API (``/v1/...``), one module per noun; ``setup(app)`` mounts every route and the
+GoodMem state (``state.goodmem_ctx``).
 
 Mount before the pass-through catch-all. Unknown ``/v1`` paths answer a GoodMem 404 here instead of being
 forwarded to OpenSearch.
@@ -19,6 +20,7 @@ from proxy.api.goodmem import (
     system,
     users,
 )
+from proxy.api.goodmem.state import goodmem_ctx
 from proxy.errors import NotFound
 
 __all__ = ["route_tables", "setup"]
@@ -44,6 +46,9 @@ async def _unknown(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
+    """Mount the routes; the GoodMem state is set up after the shared services (so call this after the
+    application's own ``cleanup_ctx`` entries are in place) and closed with the application."""
+    app.cleanup_ctx.append(goodmem_ctx)
     for table in route_tables():
         app.add_routes(table)
     app.router.add_route("*", "/v1/{tail:.*}", _unknown)

@@ -1,50 +1,119 @@
 """``/v1/access-policy/grants``: grant / list / get / revoke space permissions (Gen B access policy
-subset)."""
+subset); the grant body as a wire model, read into ``proxy.core.goodmem.grants.NewGrant``."""
 
 from __future__ import annotations
 
-from aiohttp import web
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from proxy.api.goodmem._common import json_body, principal, q_bool, q_int, q_str, reply, services
+from aiohttp import web
+from pydantic import BeforeValidator, ValidationInfo, field_validator
+
+from proxy.api.goodmem.render import grant_json
+from proxy.api.goodmem.state import goodmem, principal
+from proxy.api.goodmem.wire import Query, WireModel, json_body, page_reply, reply, uuid_or_none, wire_field
 from proxy.core.goodmem import grants as core
+from proxy.core.goodmem.grants import GRANTABLE, SELECTORS, NewGrant
+from proxy.core.goodmem.ids import check_uuid
+from proxy.errors import BadRequest
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 
 
+def _audience(value: Any) -> tuple[str | None, bool]:
+    if not isinstance(value, Mapping):
+        raise BadRequest("audience is required: {principalId} or {allAuthenticated: true}")
+    principal = value.get("principalId")
+    everyone = value.get("allAuthenticated")
+    if (principal is None) == (everyone is None):
+        raise BadRequest("audience must set exactly one of principalId and allAuthenticated")
+    if everyone is not None and everyone is not True:
+        raise BadRequest("audience.allAuthenticated must be true")
+    return (
+        check_uuid(principal, "audience.principalId") if principal is not None else None
+    ), everyone is True
+
+
+@dataclass(frozen=True)
+class _Rule:
+    operation: str
+    selector: str
+    space_id: str | None
+
+
+class NewGrantBody(WireModel):
+    audience: Annotated[tuple[str | None, bool], BeforeValidator(_audience)] = wire_field("audience")
+    rule: _Rule = wire_field("rule")
+    grant_id: Annotated[str | None, uuid_or_none("grantId")] = wire_field("grantId")
+
+    @field_validator("rule", mode="before")
+    @classmethod
+    def _rule(cls, rule: Any, info: ValidationInfo) -> _Rule:
+        if not isinstance(rule, Mapping):
+            raise BadRequest("rule is required: {operation, selector, assignedResource}")
+        operation, selector = rule.get("operation"), rule.get("selector")
+        if operation not in GRANTABLE:
+            raise BadRequest(f"rule.operation must be one of {', '.join(sorted(GRANTABLE))}")
+        if selector not in SELECTORS:
+            raise BadRequest(f"rule.selector must be one of {', '.join(SELECTORS)}")
+        resource = rule.get("assignedResource")
+        if selector == "ANY":
+            if resource is not None:
+                raise BadRequest("rule.assignedResource must be omitted for the ANY selector")
+            if info.data["audience"][1]:
+                raise BadRequest("ALL_AUTHENTICATED grants require an assigned-resource selector")
+            return _Rule(operation, selector, None)
+        if not isinstance(resource, Mapping) or resource.get("kind") != "SPACE":
+            raise BadRequest("rule.assignedResource must be {kind: SPACE, resourceId} for this selector")
+        return _Rule(
+            operation, selector, check_uuid(resource.get("resourceId"), "rule.assignedResource.resourceId")
+        )
+
+    def to_core(self) -> NewGrant:
+        principal_id, everyone = self.audience
+        return NewGrant(
+            principal_id=principal_id,
+            all_authenticated=everyone,
+            operation=self.rule.operation,
+            selector=self.rule.selector,
+            space_id=self.rule.space_id,
+            grant_id=self.grant_id,
+        )
+
+
 @routes.post("/v1/access-policy/grants")
 async def create(request: web.Request) -> web.Response:
     who = await principal(request)
-    doc = await core.create_grant(services(request), who, await json_body(request))
-    return reply(core.grant_json(doc), status=201)
+    req = NewGrantBody.parse(await json_body(request)).to_core()
+    return reply(grant_json(await core.create_grant(goodmem(request), who, req)), status=201)
 
 
 @routes.get("/v1/access-policy/grants")
 async def list_grants(request: web.Request) -> web.Response:
     who = await principal(request)
+    q = Query(request)
     page = await core.list_grants(
-        services(request),
+        goodmem(request),
         who,
-        resource_kind=q_str(request, "resourceKind"),
-        resource_id=q_str(request, "resourceId"),
-        include_revoked=q_bool(request, "includeRevoked"),
-        max_results=q_int(request, "maxResults"),
-        next_token=q_str(request, "nextToken"),
+        resource_kind=q.text("resourceKind"),
+        resource_id=q.text("resourceId"),
+        include_revoked=q.flag("includeRevoked"),
+        max_results=q.integer("maxResults"),
+        next_token=q.text("nextToken"),
     )
-    body: dict[str, object] = {"grants": [core.grant_json(d) for d in page.items]}
-    if page.next_token:
-        body["nextToken"] = page.next_token
-    return reply(body)
+    return page_reply("grants", [grant_json(g) for g in page.items], page)
 
 
 @routes.get("/v1/access-policy/grants/{id}")
 async def get(request: web.Request) -> web.Response:
     who = await principal(request)
-    return reply(core.grant_json(await core.get_grant(services(request), who, request.match_info["id"])))
+    return reply(grant_json(await core.get_grant(goodmem(request), who, request.match_info["id"])))
 
 
 @routes.delete("/v1/access-policy/grants/{id}")
 async def revoke(request: web.Request) -> web.Response:
     who = await principal(request)
-    return reply(core.grant_json(await core.revoke_grant(services(request), who, request.match_info["id"])))
+    return reply(grant_json(await core.revoke_grant(goodmem(request), who, request.match_info["id"])))

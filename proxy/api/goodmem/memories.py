@@ -13,10 +13,19 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from proxy.api.goodmem._common import json_body, principal, q_bool, q_int, q_str, reply, services
+from proxy.api.goodmem.memory_wire import (
+    BatchDeleteBody,
+    BatchGetBody,
+    MemoryCreateBody,
+    batch_create_items,
+    memory_query,
+)
+from proxy.api.goodmem.render import memory_json
+from proxy.api.goodmem.state import goodmem, principal
+from proxy.api.goodmem.wire import Query, json_body, page_reply, reply
 from proxy.core.goodmem import memories as core
 from proxy.core.goodmem.memory_list import batch_delete_memories, list_memories
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import BadRequest, MemproxyError, NotFound
 
 __all__ = ["routes"]
 
@@ -75,28 +84,28 @@ async def create(request: web.Request) -> web.Response:
         body = _bind_file(meta, files)
     else:
         body = await json_body(request)
-    record = await core.create_memory(services(request), who, body)
-    return reply(core.memory_json(record, include_content=False), status=201)
+    record = await core.create_memory(goodmem(request), who, MemoryCreateBody.read(body))
+    return reply(memory_json(record, include_content=False), status=201)
 
 
 @routes.get("/v1/memories/{id}")
 async def get(request: web.Request) -> web.Response:
     who = await principal(request)
-    record = await core.get_memory(services(request), who, request.match_info["id"])
-    return reply(core.memory_json(record, include_content=q_bool(request, "includeContent")))
+    record = await core.get_memory(goodmem(request), who, request.match_info["id"])
+    return reply(memory_json(record, include_content=Query(request).flag("includeContent")))
 
 
 @routes.delete("/v1/memories/{id}")
 async def delete(request: web.Request) -> web.Response:
     who = await principal(request)
-    await core.delete_memory(services(request), who, request.match_info["id"])
+    await core.delete_memory(goodmem(request), who, request.match_info["id"])
     return web.Response(status=204)
 
 
 @routes.get("/v1/memories/{id}/content")
 async def content(request: web.Request) -> web.Response:
     who = await principal(request)
-    record = await core.get_memory(services(request), who, request.match_info["id"])
+    record = await core.get_memory(goodmem(request), who, request.match_info["id"])
     if record.content_b64 is None:
         raise NotFound("The memory has no inline content")
     data = base64.b64decode(record.content_b64)
@@ -110,33 +119,21 @@ async def content(request: web.Request) -> web.Response:
 async def pages(request: web.Request) -> web.Response:
     """Page images are never extracted (text content only): an empty list for a readable memory."""
     who = await principal(request)
-    await core.get_memory(services(request), who, request.match_info["id"])
+    await core.get_memory(goodmem(request), who, request.match_info["id"])
     return reply({"pageImages": []})
 
 
 @routes.get("/v1/spaces/{spaceId}/memories")
 async def list_in_space(request: web.Request) -> web.Response:
     who = await principal(request)
-    include = q_bool(request, "includeContent")
-    page = await list_memories(
-        services(request),
-        who,
-        request.match_info["spaceId"],
-        include_content=include,
-        status_filter=q_str(request, "statusFilter"),
-        filter_text=q_str(request, "filter"),
-        max_results=q_int(request, "maxResults"),
-        next_token=q_str(request, "nextToken"),
-        sort_by=q_str(request, "sortBy"),
-        sort_order=q_str(request, "sortOrder"),
+    query = memory_query(Query(request))
+    page = await list_memories(goodmem(request), who, request.match_info["spaceId"], query)
+    return page_reply(
+        "memories", [memory_json(r, include_content=query.include_content) for r in page.items], page
     )
-    body: dict[str, Any] = {"memories": [core.memory_json(r, include_content=include) for r in page.items]}
-    if page.next_token:
-        body["nextToken"] = page.next_token
-    return reply(body)
 
 
-def _error(exc: Any) -> dict[str, Any]:
+def _error(exc: MemproxyError) -> dict[str, Any]:
     return {"code": int(exc.status), "message": exc.message}
 
 
@@ -152,10 +149,10 @@ async def batch_create(request: web.Request) -> web.Response:
         meta, files = await _multipart(request)
         if not isinstance(meta, list):
             raise BadRequest("The multipart 'requests' part must be a JSON array")
-        body: dict[str, Any] = {"requests": [_bind_file(item, files, default_field="") for item in meta]}
+        requests: Any = [_bind_file(item, files, default_field="") for item in meta]
     else:
-        body = await json_body(request)
-    items = await core.batch_create_memories(services(request), who, body)
+        requests = (await json_body(request)).get("requests")
+    items = await core.batch_create_memories(goodmem(request), who, batch_create_items(requests))
     return _batch_reply([_batch_entry(item, include_content=False) for item in items])
 
 
@@ -165,8 +162,9 @@ def _batch_entry(item: core.ItemResult, *, include_content: bool) -> dict[str, A
         return {
             "success": True,
             "memoryId": item.record.memory_id,
-            "memory": core.memory_json(item.record, include_content),
+            "memory": memory_json(item.record, include_content),
         }
+    assert item.error is not None
     entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
     if item.memory_id:
         entry["memoryId"] = item.memory_id
@@ -176,16 +174,16 @@ def _batch_entry(item: core.ItemResult, *, include_content: bool) -> dict[str, A
 @routes.post("/v1/memories:batchGet")
 async def batch_get(request: web.Request) -> web.Response:
     who = await principal(request)
-    body = await json_body(request)
-    include = bool(body.get("includeContent", False))
-    items = await core.batch_get_memories(services(request), who, body.get("memoryIds"))
-    return _batch_reply([_batch_entry(item, include_content=include) for item in items])
+    body = BatchGetBody.parse(await json_body(request))
+    items = await core.batch_get_memories(goodmem(request), who, body.memory_ids)
+    return _batch_reply([_batch_entry(item, include_content=body.include_content) for item in items])
 
 
 @routes.post("/v1/memories:batchDelete")
 async def batch_delete(request: web.Request) -> web.Response:
     who = await principal(request)
-    items = await batch_delete_memories(services(request), who, await json_body(request))
+    body = BatchDeleteBody.parse(await json_body(request))
+    items = await batch_delete_memories(goodmem(request), who, body.items)
     out: list[dict[str, Any]] = []
     total = 0
     for index, (item, deleted) in enumerate(items):

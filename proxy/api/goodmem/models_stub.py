@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.api.goodmem._common import principal, reply
+from proxy.api.goodmem.state import principal
+from proxy.api.goodmem.wire import reply
 from proxy.errors import NotFound, Unimplemented
 
 __all__ = ["routes"]

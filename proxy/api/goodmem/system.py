@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.api.goodmem._common import principal, reply, services
-from proxy.core.goodmem.system import init_system, instance_json, system_info
+from proxy.api.goodmem.render import init_json, instance_json, system_info
+from proxy.api.goodmem.state import goodmem, principal
+from proxy.api.goodmem.wire import reply
+from proxy.core.goodmem.system import get_instance, init_system
 
 __all__ = ["routes"]
 
@@ -20,10 +22,10 @@ async def info(request: web.Request) -> web.Response:
 
 @routes.post("/v1/system/init")
 async def init(request: web.Request) -> web.Response:
-    return reply(await init_system(services(request)))
+    return reply(init_json(await init_system(goodmem(request))))
 
 
 @routes.get("/v1/instance")
 async def instance_info(request: web.Request) -> web.Response:
     await principal(request)
-    return reply(await instance_json(services(request)))
+    return reply(instance_json(await get_instance(goodmem(request))))

@@ -1,79 +1,152 @@
-"""``/v1/users``: me, get by id / email / username, and (admin) create, list, update, delete."""
+"""``/v1/users``: me, get by id / email / username, and (admin) create, list, update, delete; the request
+bodies as wire models, read into ``proxy.core.goodmem.users``' typed requests."""
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aiohttp import web
+from pydantic import BeforeValidator
 
-from proxy.api.goodmem._common import json_body, principal, q_bool, q_int, q_str, reply, services
+from proxy.api.goodmem.render import user_json
+from proxy.api.goodmem.state import goodmem, principal
+from proxy.api.goodmem.wire import (
+    Query,
+    WireModel,
+    json_body,
+    label_change,
+    labels_field,
+    page_reply,
+    raw_field,
+    reply,
+    uuid_or_none,
+    wire_field,
+)
 from proxy.core.goodmem import users as core
+from proxy.core.goodmem.users import NewUser, UserUpdate
+from proxy.errors import BadRequest
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 
 
+def _email(value: Any) -> str:
+    if not isinstance(value, str) or "@" not in value or len(value) > 320 or value.strip() != value:
+        raise BadRequest("email must be a valid email address")
+    return value
+
+
+def _username(value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
+        raise BadRequest("username must be 1..255 characters")
+    return value
+
+
+def _display_name(value: Any) -> str:
+    value = value or ""
+    if not isinstance(value, str) or len(value) > 255:
+        raise BadRequest("displayName must be a string of at most 255 characters")
+    return value
+
+
+class NewUserBody(WireModel):
+    email: Annotated[str, BeforeValidator(_email)] = wire_field("email")
+    user_id: Annotated[str | None, uuid_or_none("userId")] = wire_field("userId")
+    username: Annotated[str | None, BeforeValidator(_username)] = wire_field("username")
+    display_name: Annotated[str, BeforeValidator(_display_name)] = wire_field("displayName")
+    labels: Annotated[dict[str, str], labels_field(strict_keys=True)] = wire_field("labels")
+
+    def to_core(self) -> NewUser:
+        return NewUser(
+            email=self.email,
+            user_id=self.user_id,
+            username=self.username,
+            display_name=self.display_name,
+            labels=self.labels,
+        )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+class UserUpdateBody(WireModel):
+    email: Annotated[str | None, BeforeValidator(lambda v: _email(v) if v is not None else None)] = (
+        wire_field("email")
+    )
+    username: Annotated[str | None, BeforeValidator(_str_or_none)] = wire_field("username")
+    display_name: Annotated[str | None, BeforeValidator(_str_or_none)] = wire_field("displayName")
+    replace_labels: Any = raw_field("replaceLabels")
+    merge_labels: Any = raw_field("mergeLabels")
+
+    def to_core(self) -> UserUpdate:
+        labels = label_change(self.replace_labels, self.merge_labels, strict_keys=True)
+        return UserUpdate(
+            email=self.email, username=self.username, display_name=self.display_name, labels=labels
+        )
+
+
 @routes.get("/v1/users/me")
 async def me(request: web.Request) -> web.Response:
     who = await principal(request)
-    return reply(core.user_json(await core.get_user(services(request), who, who.user_id)))
+    return reply(user_json(await core.get_user(goodmem(request), who, who.user_id)))
 
 
 @routes.get("/v1/users/email/{email}")
 async def by_email(request: web.Request) -> web.Response:
     who = await principal(request)
     email = unquote(request.match_info["email"])
-    return reply(core.user_json(await core.get_user_by(services(request), who, "email", email)))
+    return reply(user_json(await core.get_user_by(goodmem(request), who, "email", email)))
 
 
 @routes.get("/v1/users/username/{username}")
 async def by_username(request: web.Request) -> web.Response:
     who = await principal(request)
     name = unquote(request.match_info["username"])
-    return reply(core.user_json(await core.get_user_by(services(request), who, "username", name)))
+    return reply(user_json(await core.get_user_by(goodmem(request), who, "username", name)))
 
 
 @routes.post("/v1/users")
 async def create(request: web.Request) -> web.Response:
     who = await principal(request)
-    doc = await core.create_user(services(request), who, await json_body(request))
-    return reply(core.user_json(doc), status=201)
+    req = NewUserBody.parse(await json_body(request)).to_core()
+    return reply(user_json(await core.create_user(goodmem(request), who, req)), status=201)
 
 
 @routes.get("/v1/users")
 async def list_users(request: web.Request) -> web.Response:
     who = await principal(request)
+    q = Query(request)
     page = await core.list_users(
-        services(request),
-        who,
-        max_results=q_int(request, "maxResults"),
-        next_token=q_str(request, "nextToken"),
+        goodmem(request), who, max_results=q.integer("maxResults"), next_token=q.text("nextToken")
     )
-    body: dict[str, object] = {"users": [core.user_json(d) for d in page.items]}
-    if page.next_token:
-        body["nextToken"] = page.next_token
-    return reply(body)
+    return page_reply("users", [user_json(u) for u in page.items], page)
 
 
 @routes.get("/v1/users/{id}")
 async def get(request: web.Request) -> web.Response:
     who = await principal(request)
-    doc = await core.get_user(
-        services(request), who, request.match_info["id"], include_deleted=q_bool(request, "includeDeleted")
+    include_deleted = Query(request).flag("includeDeleted")
+    return reply(
+        user_json(
+            await core.get_user(
+                goodmem(request), who, request.match_info["id"], include_deleted=include_deleted
+            )
+        )
     )
-    return reply(core.user_json(doc))
 
 
 @routes.put("/v1/users/{id}")
 async def update(request: web.Request) -> web.Response:
     who = await principal(request)
-    doc = await core.update_user(services(request), who, request.match_info["id"], await json_body(request))
-    return reply(core.user_json(doc))
+    req = UserUpdateBody.parse(await json_body(request)).to_core()
+    return reply(user_json(await core.update_user(goodmem(request), who, request.match_info["id"], req)))
 
 
 @routes.delete("/v1/users/{id}")
 async def delete(request: web.Request) -> web.Response:
     who = await principal(request)
-    await core.delete_user(services(request), who, request.match_info["id"])
+    await core.delete_user(goodmem(request), who, request.match_info["id"])
     return web.Response(status=204)

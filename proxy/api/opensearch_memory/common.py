@@ -9,12 +9,12 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.api.opensearch_memory.lenient import token_error
 from proxy.app_keys import SERVICES
 from proxy.core.containers import Container, get_container
-from proxy.core.lenient import token_error
 from proxy.core.services import Services
 from proxy.errors import BadRequest, MemproxyError
-from proxy.store.client import OpenSearchError
+from proxy.store.client import NodeBadRequest, OpenSearchError
 
 __all__ = [
     "Handler",
@@ -94,7 +94,7 @@ def search_failures(prefix: str) -> Iterator[None]:
     try:
         yield
     except OpenSearchError as exc:
-        if exc.status == 400 and exc.os_type in PARSE_ERROR_TYPES:
+        if isinstance(exc, NodeBadRequest) and exc.os_type in PARSE_ERROR_TYPES:
             raise
         cause = exc.body if isinstance(exc.body, dict) else {"type": "exception", "reason": str(exc.body)}
         raise MemproxyError(

@@ -7,8 +7,17 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.opensearch_memory.common import json_response, object_body, read_json, services
+from proxy.api.opensearch_memory.configuration import parse_configuration
+from proxy.api.opensearch_memory.lenient import (
+    as_bool,
+    as_object,
+    as_str,
+    as_str_list,
+    optional,
+    token_error,
+    token_name,
+)
 from proxy.core import containers as core
-from proxy.core.lenient import as_bool, as_object, as_str, as_str_list, token_error, token_name
 from proxy.errors import BadRequest, NotFound
 
 __all__ = ["create", "delete", "get", "search", "update"]
@@ -28,12 +37,17 @@ _GET_KEYS = (
 
 async def create(request: web.Request) -> web.Response:
     body = await object_body(request, "Request body is required")
+    raw_configuration = optional(body, "configuration", as_object)
+    backend_roles = optional(body, "backend_roles", as_str_list)
+    if body.get("name") is None:
+        raise BadRequest("name is null")
+    configuration = parse_configuration(raw_configuration or {})
     container = await core.create_container(
         services(request),
-        name=body.get("name"),
-        description=body.get("description"),
-        configuration=as_object(body["configuration"]) if body.get("configuration") is not None else None,
-        backend_roles=as_str_list(body["backend_roles"]) if body.get("backend_roles") is not None else None,
+        name=as_str(body["name"]),
+        description=optional(body, "description", as_str),
+        configuration=configuration,
+        backend_roles=backend_roles,
     )
     return json_response({"memory_container_id": container.id, "status": "created"})
 
@@ -54,13 +68,18 @@ async def get(request: web.Request) -> web.Response:
 
 async def update(request: web.Request) -> web.Response:
     body = await object_body(request, "Update memory container request has empty body")
+    backend_roles = optional(body, "backend_roles", as_str_list)
+    raw_configuration = optional(body, "configuration", as_object)
+    configuration = (
+        parse_configuration(raw_configuration, is_update=True) if raw_configuration is not None else None
+    )
     _, result = await core.update_container(
         services(request),
         request.match_info["memory_container_id"],
-        name=body.get("name"),
-        description=body.get("description"),
-        backend_roles=as_str_list(body["backend_roles"]) if body.get("backend_roles") is not None else None,
-        configuration=as_object(body["configuration"]) if body.get("configuration") is not None else None,
+        name=optional(body, "name", as_str),
+        description=optional(body, "description", as_str),
+        backend_roles=backend_roles,
+        configuration=configuration,
     )
     return json_response(result)
 
@@ -70,9 +89,7 @@ def _delete_options(request: web.Request, body: dict[str, Any]) -> tuple[bool, l
     if "delete_all_memories" in request.query:
         delete_all = as_bool(request.query["delete_all_memories"] or "true")
     else:
-        delete_all = (
-            as_bool(body["delete_all_memories"]) if body.get("delete_all_memories") is not None else False
-        )
+        delete_all = bool(optional(body, "delete_all_memories", as_bool))
     if "delete_memories" in request.query:
         types = [t.strip() for t in request.query["delete_memories"].split(",") if t.strip()]
     elif body.get("delete_memories") is not None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -15,19 +16,22 @@ from proxy.api.opensearch_memory.common import (
     search_failures,
     services,
 )
-from proxy.core import memories as core
-from proxy.core.containers import parse_memory_type
-from proxy.core.lenient import (
+from proxy.api.opensearch_memory.lenient import (
     as_bool,
     as_int,
     as_object,
     as_str,
     coerce_string_map,
+    optional,
     scalar_string_map,
     token_error,
 )
+from proxy.core import memories as core
+from proxy.core.configuration import STRATEGY_TYPES
+from proxy.core.container_record import parse_memory_type
 from proxy.core.longterm import LongTermMemory, write_long_term
 from proxy.errors import BadRequest, Forbidden
+from proxy.store.query import RawDsl
 
 __all__ = [
     "add_long_term",
@@ -37,13 +41,78 @@ __all__ = [
     "delete_by_query",
     "delete_memory",
     "get_memory",
+    "render_memory",
     "search_memories",
     "update_memory",
 ]
 
 _PAYLOAD_TYPES = ("conversational", "data")
-STRATEGY_TYPES = ("SEMANTIC", "USER_PREFERENCE", "SUMMARY")
 MAX_LONG_TERM_BATCH = 10_000
+# ml-commons 3.6 leaves the check to the node's request validation (3.8 words it as a status_exception).
+DELETE_BY_QUERY_NEEDS_QUERY = "Validation Failed: 1: Query is required;"
+
+# GET re-serialises through ml-commons' typed models: these keys, in this order, nulls and empties omitted.
+_GET_KEYS = {
+    "sessions": (
+        "owner_id",
+        "memory_container_id",
+        "summary",
+        "created_time",
+        "last_updated_time",
+        "metadata",
+        "agents",
+        "additional_info",
+        "namespace",
+        "tenant_id",
+        "pinned",
+    ),
+    "working": (
+        "memory_container_id",
+        "payload_type",
+        "messages",
+        "message_id",
+        "binary_data",
+        "structured_data",
+        "structured_data_blob",
+        "namespace",
+        "namespace_size",
+        "infer",
+        "metadata",
+        "tags",
+        "created_time",
+        "last_updated_time",
+        "owner_id",
+        "checkpoint_id",
+    ),
+    "long-term": (
+        "memory",
+        "strategy_type",
+        "tags",
+        "namespace",
+        "namespace_size",
+        "created_time",
+        "last_updated_time",
+        "memory_embedding",
+        "owner_id",
+        "strategy_id",
+        "pinned",
+    ),
+    "history": (
+        "owner_id",
+        "memory_container_id",
+        "memory_id",
+        "action",
+        "before",
+        "after",
+        "namespace",
+        "namespace_size",
+        "tags",
+        "created_time",
+        "tenant_id",
+        "error",
+        "pinned",
+    ),
+}
 
 
 def _messages(raw: Any) -> list[dict[str, Any]]:
@@ -62,10 +131,6 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _optional(body: dict[str, Any], key: str, parse: Any) -> Any:
-    return parse(body[key]) if body.get(key) is not None else None
-
-
 def _add_memory_request(body: dict[str, Any]) -> core.AddMemoryRequest:
     if body.get("pinned") is not None:
         raise BadRequest(core.PINNED_WORKING, os_type="status_exception")
@@ -77,18 +142,18 @@ def _add_memory_request(body: dict[str, Any]) -> core.AddMemoryRequest:
                 f"Invalid working memory type: {body['payload_type']}. Must be one of: CONVERSATIONAL, DATA"
             )
     return core.AddMemoryRequest(
-        messages=_optional(body, "messages", _messages),
+        messages=optional(body, "messages", _messages),
         payload_type=payload_type,
-        structured_data=_optional(body, "structured_data", as_object),
-        structured_data_blob=_optional(body, "structured_data_blob", as_object),
-        binary_data=_optional(body, "binary_data", as_str),
-        message_id=_optional(body, "message_id", as_int),
-        checkpoint_id=_optional(body, "checkpoint_id", as_str),
-        namespace=_optional(body, "namespace", coerce_string_map),
-        metadata=_optional(body, "metadata", coerce_string_map),
-        tags=_optional(body, "tags", coerce_string_map),
-        infer=bool(_optional(body, "infer", as_bool)),
-        parameters=_optional(body, "parameters", as_object),
+        structured_data=optional(body, "structured_data", as_object),
+        structured_data_blob=optional(body, "structured_data_blob", as_object),
+        binary_data=optional(body, "binary_data", as_str),
+        message_id=optional(body, "message_id", as_int),
+        checkpoint_id=optional(body, "checkpoint_id", as_str),
+        namespace=optional(body, "namespace", coerce_string_map),
+        metadata=optional(body, "metadata", coerce_string_map),
+        tags=optional(body, "tags", coerce_string_map),
+        infer=bool(optional(body, "infer", as_bool)),
+        parameters=optional(body, "parameters", as_object),
     )
 
 
@@ -101,7 +166,7 @@ async def add_memory(request: web.Request) -> web.Response:
         raise token_error("START_OBJECT", raw)
     req = _add_memory_request(raw)
     # ml-commons lets a body memory_container_id override the path.
-    container_id = _optional(raw, "memory_container_id", as_str)
+    container_id = optional(raw, "memory_container_id", as_str)
     container = await load_container(request, container_id)
     return json_response(await core.add_memory(services(request), container, req))
 
@@ -109,15 +174,33 @@ async def add_memory(request: web.Request) -> web.Response:
 async def create_session(request: web.Request) -> web.Response:
     body = await object_body(request, "Request body is required")
     req = core.CreateSessionRequest(
-        session_id=_optional(body, "session_id", as_str),
-        summary=_optional(body, "summary", as_str),
-        metadata=_optional(body, "metadata", as_object),
-        agents=_optional(body, "agents", as_object),
-        additional_info=_optional(body, "additional_info", as_object),
-        namespace=_optional(body, "namespace", scalar_string_map),
+        session_id=optional(body, "session_id", as_str),
+        summary=optional(body, "summary", as_str),
+        metadata=optional(body, "metadata", as_object),
+        agents=optional(body, "agents", as_object),
+        additional_info=optional(body, "additional_info", as_object),
+        namespace=optional(body, "namespace", scalar_string_map),
     )
     container = await load_container(request)
     return json_response(await core.create_session(services(request), container, req))
+
+
+def render_memory(memory_type: str, source: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored document as ml-commons' GET returns it: known keys only, in its order, no id."""
+    out: dict[str, Any] = {}
+    for key in _GET_KEYS[memory_type]:
+        if key == "namespace_size":
+            if source.get("namespace"):
+                out[key] = len(source["namespace"])
+            continue
+        value = source.get(key)
+        if memory_type == "working" and key in ("payload_type", "infer"):
+            out[key] = value if value is not None else ("conversational" if key == "payload_type" else False)
+            continue
+        if value is None or (isinstance(value, dict | list) and not value):
+            continue
+        out[key] = value
+    return out
 
 
 def _type_and_id(request: web.Request) -> tuple[str, str]:
@@ -127,7 +210,8 @@ def _type_and_id(request: web.Request) -> tuple[str, str]:
 async def get_memory(request: web.Request) -> web.Response:
     memory_type, memory_id = _type_and_id(request)
     container = await load_container(request)
-    return json_response(await core.get_memory(services(request), container, memory_type, memory_id))
+    source = await core.get_memory(services(request), container, memory_type, memory_id)
+    return json_response(render_memory(memory_type, source))
 
 
 async def update_memory(request: web.Request) -> web.Response:
@@ -135,8 +219,14 @@ async def update_memory(request: web.Request) -> web.Response:
     body = await object_body(request, "Update memory request has empty body")
     if not body:
         raise BadRequest("Text cannot be null or empty")
+    update = core.MemoryUpdate(
+        fields={k: v for k, v in body.items() if k in core.UPDATABLE_FIELDS},
+        pinned=body.get("pinned") is not None,
+    )
     container = await load_container(request)
-    return json_response(await core.update_memory(services(request), container, memory_type, memory_id, body))
+    return json_response(
+        await core.update_memory(services(request), container, memory_type, memory_id, update)
+    )
 
 
 async def delete_memory(request: web.Request) -> web.Response:
@@ -161,9 +251,9 @@ async def delete_by_query(request: web.Request) -> web.Response:
         raise token_error("START_OBJECT", raw)
     query = (raw or {}).get("query")
     if query is None:
-        raise BadRequest(core.DELETE_BY_QUERY_NEEDS_QUERY, os_type="action_request_validation_exception")
+        raise BadRequest(DELETE_BY_QUERY_NEEDS_QUERY, os_type="action_request_validation_exception")
     container = await load_container(request)
-    result = await core.delete_by_query(services(request), container, memory_type, as_object(query))
+    result = await core.delete_by_query(services(request), container, memory_type, RawDsl(as_object(query)))
     # ml-commons renders the node's BulkByScrollResponse itself, which names the counters the REST
     # _delete_by_query leaves out (always 0 for a delete).
     return json_response({"updated": 0, "created": 0, **result})
@@ -186,11 +276,11 @@ def _long_term_memory(raw: Any) -> LongTermMemory:
         raise Forbidden(core.PINNED_DISABLED)
     return LongTermMemory(
         memory=as_str(text),
-        namespace=_optional(body, "namespace", coerce_string_map) or {},
-        tags=_optional(body, "tags", coerce_string_map) or {},
+        namespace=optional(body, "namespace", coerce_string_map) or {},
+        tags=optional(body, "tags", coerce_string_map) or {},
         strategy_type=strategy_type,
-        strategy_id=_optional(body, "strategy_id", as_str),
-        metadata=_optional(body, "metadata", as_object),
+        strategy_id=optional(body, "strategy_id", as_str),
+        metadata=optional(body, "metadata", as_object),
     )
 
 

@@ -1,28 +1,29 @@
 """GoodMem API keys: issue, list, get, update (status/labels), delete. Keys are stored as sha256 hashes.
 
-Responses carry the union of both generations' required fields (Gen A ``userId``; Gen B
-``subjectPrincipalId``,
-``ownerPrincipalId``, ``authorityMode``, ``lifecycleState``, ...). ``INACTIVE`` is a permanent revocation, as
-in Gen B; a revoked key cannot be made ACTIVE again.
+``INACTIVE`` is a permanent revocation, as in Gen B; a revoked key cannot be made ACTIVE again.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.goodmem._svc import Svc, new_id, now_ms
 from proxy.core.goodmem.auth import Principal, hash_key
-from proxy.core.goodmem.paging import Page, decode_offset, encode_offset
-from proxy.core.goodmem.validation import apply_labels, check_labels, check_uuid
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
+from proxy.core.goodmem.paging import Page, Window
+from proxy.core.goodmem.validation import LabelChange
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
-from proxy.store import goodmem as gstore
+from proxy.store.goodmem import APIKEYS, USERS
 
 __all__ = [
+    "LIFECYCLE_STATES",
+    "ApiKey",
+    "ApiKeyUpdate",
     "IssuedKey",
-    "api_key_json",
+    "NewApiKey",
     "create_api_key",
     "delete_api_key",
     "get_api_key",
@@ -36,55 +37,83 @@ LIFECYCLE_STATES = ("NOT_YET_VALID", "USABLE", "EXPIRED", "REVOKED")
 
 
 @dataclass(frozen=True)
+class ApiKey:
+    """An API key's metadata (never the key itself)."""
+
+    api_key_id: str
+    user_id: str
+    owner_id: str
+    key_prefix: str
+    status: str | None
+    labels: dict[str, str]
+    created_at: int
+    updated_at: int
+    created_by_id: str
+    updated_by_id: str
+    valid_from: int | None = None
+    expires_at: int | None = None
+    last_used_at: int | None = None
+    revoked_at: int | None = None
+    revoked_by_id: str | None = None
+
+    @classmethod
+    def from_source(cls, doc: Mapping[str, Any]) -> ApiKey:
+        user_id = doc["user_id"]
+        return cls(
+            api_key_id=doc["api_key_id"],
+            user_id=user_id,
+            owner_id=doc.get("owner_id") or user_id,
+            key_prefix=doc["key_prefix"],
+            status=doc.get("status"),
+            labels=dict(doc.get("labels") or {}),
+            created_at=int(doc["created_at"]),
+            updated_at=int(doc["updated_at"]),
+            created_by_id=doc.get("created_by_id") or user_id,
+            updated_by_id=doc.get("updated_by_id") or user_id,
+            valid_from=doc.get("valid_from"),
+            expires_at=doc.get("expires_at"),
+            last_used_at=doc.get("last_used_at"),
+            revoked_at=doc.get("revoked_at"),
+            revoked_by_id=doc.get("revoked_by_id"),
+        )
+
+    def lifecycle(self, now: int) -> str:
+        if self.revoked_at or self.status == "INACTIVE":
+            return "REVOKED"
+        if self.expires_at is not None and int(self.expires_at) <= now:
+            return "EXPIRED"
+        if self.valid_from is not None and int(self.valid_from) > now:
+            return "NOT_YET_VALID"
+        return "USABLE"
+
+
+@dataclass(frozen=True)
 class IssuedKey:
     raw_key: str
-    doc: dict[str, Any]
+    key: ApiKey
 
 
-def _lifecycle(doc: Mapping[str, Any], now: int) -> str:
-    if doc.get("revoked_at") or doc.get("status") == "INACTIVE":
-        return "REVOKED"
-    if doc.get("expires_at") is not None and int(doc["expires_at"]) <= now:
-        return "EXPIRED"
-    if doc.get("valid_from") is not None and int(doc["valid_from"]) > now:
-        return "NOT_YET_VALID"
-    return "USABLE"
+@dataclass(frozen=True)
+class NewApiKey:
+    """``POST /v1/apikeys``, validated: a key for the caller, or for ``subject_id`` (admins)."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    expires_at: int | None = None
+    valid_from: int | None = None
+    subject_id: str | None = None
+    api_key_id: str | None = None
 
 
-def api_key_json(doc: Mapping[str, Any], now: int | None = None) -> dict[str, Any]:
-    """ApiKeyResponse with the fields both client generations require."""
-    state = _lifecycle(doc, now_ms() if now is None else now)
-    out: dict[str, Any] = {
-        "apiKeyId": doc["api_key_id"],
-        "userId": doc["user_id"],
-        "subjectPrincipalId": doc["user_id"],
-        "ownerPrincipalId": doc.get("owner_id") or doc["user_id"],
-        "authorityMode": "INHERIT_SUBJECT",
-        "ceiling": [],
-        "ceilingOmitted": False,
-        "keyPrefix": doc["key_prefix"],
-        "status": "ACTIVE" if state == "USABLE" else "INACTIVE",
-        "lifecycleState": state,
-        "labels": dict(doc.get("labels") or {}),
-        "validFrom": int(doc.get("valid_from") or doc["created_at"]),
-        "createdAt": int(doc["created_at"]),
-        "updatedAt": int(doc["updated_at"]),
-        "createdById": doc.get("created_by_id") or doc["user_id"],
-        "updatedById": doc.get("updated_by_id") or doc["user_id"],
-    }
-    for src, dst in (
-        ("expires_at", "expiresAt"),
-        ("last_used_at", "lastUsedAt"),
-        ("revoked_at", "revokedAt"),
-        ("revoked_by_id", "revokedById"),
-    ):
-        if doc.get(src) is not None:
-            out[dst] = doc[src]
-    return out
+@dataclass(frozen=True)
+class ApiKeyUpdate:
+    """``PUT /v1/apikeys/{id}``, validated: ``status`` ACTIVE / INACTIVE / None, and labels."""
+
+    status: str | None = None
+    labels: LabelChange = field(default_factory=LabelChange)
 
 
 async def issue_key(
-    svc: Svc,
+    gm: GoodMem,
     *,
     user_id: str,
     actor_id: str,
@@ -111,62 +140,36 @@ async def issue_key(
     }
     if expires_at is not None:
         doc["expires_at"] = expires_at
-    await gstore.index_doc(svc.store, gstore.APIKEYS, hash_key(raw), doc, create=True)
-    return IssuedKey(raw, doc)
+    await gm.docs.put(APIKEYS, hash_key(raw), doc, create=True)
+    return IssuedKey(raw, ApiKey.from_source(doc))
 
 
-def _opt_int(body: Mapping[str, Any], key: str) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise BadRequest(f"{key} must be an integer (milliseconds since the epoch)")
-    return int(value)
-
-
-async def create_api_key(svc: Svc, principal: Principal, body: Mapping[str, Any]) -> IssuedKey:
-    """POST /v1/apikeys: a key for the caller, or (admin only) for ``subjectPrincipalId``."""
-    labels = check_labels(body.get("labels"))
-    expires_at = _opt_int(body, "expiresAt")
-    valid_from = _opt_int(body, "validFrom")
-    now = now_ms()
-    if expires_at is not None and expires_at <= now:
-        raise BadRequest("expiresAt must be in the future")
-    if expires_at is not None and valid_from is not None and valid_from >= expires_at:
-        raise BadRequest("validFrom must be before expiresAt")
-    mode = body.get("authorityMode")
-    if mode not in (None, "INHERIT_SUBJECT", "AUTHORITY_MODE_UNSPECIFIED") or body.get("ceiling"):
-        raise BadRequest("Only INHERIT_SUBJECT API keys are supported (no scoped ceilings)")
+async def create_api_key(gm: GoodMem, principal: Principal, req: NewApiKey) -> IssuedKey:
+    """POST /v1/apikeys: a key for the caller, or (admin only) for ``subject_id``."""
     subject = principal.user_id
-    if body.get("subjectPrincipalId") is not None:
-        subject = check_uuid(body["subjectPrincipalId"], "subjectPrincipalId")
+    if req.subject_id is not None:
+        subject = req.subject_id
         if subject != principal.user_id and not principal.is_admin:
             raise Forbidden("Permission denied: only an administrator may issue keys for another principal")
-        user = await gstore.get_doc(svc.store, gstore.USERS, subject)
+        user = await gm.docs.get(USERS, subject)
         if user is None or user.get("deleted_at"):
             raise NotFound("Principal not found")
-    key_id = None
-    if body.get("apiKeyId") is not None:
-        key_id = check_uuid(body["apiKeyId"], "apiKeyId")
-        if await _find(svc, key_id) is not None:
-            raise Conflict("An API key with this ID already exists")
+    if req.api_key_id is not None and await _find(gm, req.api_key_id) is not None:
+        raise Conflict("An API key with this ID already exists")
     return await issue_key(
-        svc,
+        gm,
         user_id=subject,
         actor_id=principal.user_id,
-        labels=labels,
-        expires_at=expires_at,
-        valid_from=valid_from,
-        api_key_id=key_id,
+        labels=req.labels,
+        expires_at=req.expires_at,
+        valid_from=req.valid_from,
+        api_key_id=req.api_key_id,
     )
 
 
-async def _find(svc: Svc, api_key_id: str) -> tuple[str, dict[str, Any]] | None:
+async def _find(gm: GoodMem, api_key_id: str) -> tuple[str, dict[str, Any]] | None:
     """(document id, source) of the key with this public id."""
-    res = await gstore.search(
-        svc.store, gstore.APIKEYS, {"size": 1, "query": {"term": {"api_key_id": api_key_id}}}
-    )
-    hits = res.get("hits", {}).get("hits", [])
+    hits = await gm.docs.search(APIKEYS, {"size": 1, "query": {"term": {"api_key_id": api_key_id}}})
     return (hits[0]["_id"], hits[0]["_source"]) if hits else None
 
 
@@ -174,8 +177,8 @@ def _visible(principal: Principal, doc: Mapping[str, Any]) -> bool:
     return principal.is_admin or principal.user_id in (doc.get("user_id"), doc.get("owner_id"))
 
 
-async def _load(svc: Svc, principal: Principal, api_key_id: str) -> tuple[str, dict[str, Any]]:
-    found = await _find(svc, check_uuid(api_key_id, "id"))
+async def _load(gm: GoodMem, principal: Principal, api_key_id: str) -> tuple[str, dict[str, Any]]:
+    found = await _find(gm, check_uuid(api_key_id, "id"))
     if found is None:
         raise NotFound("API key not found")
     if not _visible(principal, found[1]):
@@ -183,12 +186,12 @@ async def _load(svc: Svc, principal: Principal, api_key_id: str) -> tuple[str, d
     return found
 
 
-async def get_api_key(svc: Svc, principal: Principal, api_key_id: str) -> dict[str, Any]:
-    return (await _load(svc, principal, api_key_id))[1]
+async def get_api_key(gm: GoodMem, principal: Principal, api_key_id: str) -> ApiKey:
+    return ApiKey.from_source((await _load(gm, principal, api_key_id))[1])
 
 
 async def list_api_keys(
-    svc: Svc,
+    gm: GoodMem,
     principal: Principal,
     *,
     subject_id: str | None = None,
@@ -196,67 +199,49 @@ async def list_api_keys(
     lifecycle_state: str | None = None,
     max_results: int | None = None,
     next_token: str | None = None,
-) -> Page:
+) -> Page[ApiKey]:
     """The caller's keys (admins may name another subject/owner), in stable id order, paginated."""
     if lifecycle_state is not None and lifecycle_state not in LIFECYCLE_STATES:
         raise BadRequest(f"lifecycleState must be one of {', '.join(LIFECYCLE_STATES)}")
     filters: list[dict[str, Any]] = []
-    for field, value in (("user_id", subject_id), ("owner_id", owner_id)):
+    for name, value in (("user_id", subject_id), ("owner_id", owner_id)):
         if value is not None:
-            value = check_uuid(value, field)
+            value = check_uuid(value, name)
             if value != principal.user_id and not principal.is_admin:
                 raise Forbidden("Permission denied: only an administrator may list another principal's keys")
-            filters.append({"term": {field: value}})
+            filters.append({"term": {name: value}})
     if not filters:
-        filters.append(
-            {
-                "bool": {
-                    "should": [
-                        {"term": {"user_id": principal.user_id}},
-                        {"term": {"owner_id": principal.user_id}},
-                    ]
-                }
-            }
-        )
-    res = await gstore.search(
-        svc.store,
-        gstore.APIKEYS,
-        {"size": 10_000, "query": {"bool": {"filter": filters}}, "sort": [{"api_key_id": "asc"}]},
+        mine = [{"term": {"user_id": principal.user_id}}, {"term": {"owner_id": principal.user_id}}]
+        filters.append({"bool": {"should": mine}})
+    hits = await gm.docs.search(
+        APIKEYS, {"size": 10_000, "query": {"bool": {"filter": filters}}, "sort": [{"api_key_id": "asc"}]}
     )
     now = now_ms()
-    docs = [h["_source"] for h in res.get("hits", {}).get("hits", [])]
+    keys = [ApiKey.from_source(h["_source"]) for h in hits]
     if lifecycle_state is not None:
-        docs = [d for d in docs if _lifecycle(d, now) == lifecycle_state]
-    size = max(1, min(int(max_results or 50), 1000))
-    start = decode_offset(next_token)
-    window = docs[start : start + size]
-    more = start + size < len(docs)
-    return Page(items=window, next_token=encode_offset(start + size) if more else None)
+        keys = [k for k in keys if k.lifecycle(now) == lifecycle_state]
+    # maxResults 0 (or none) means the default here.
+    return Window.of(max_results or None, next_token, default=50, high=1000).cut(keys)
 
 
-async def update_api_key(
-    svc: Svc, principal: Principal, api_key_id: str, body: Mapping[str, Any]
-) -> dict[str, Any]:
-    doc_id, doc = await _load(svc, principal, api_key_id)
-    status = body.get("status")
-    if status not in (None, "ACTIVE", "INACTIVE", "STATUS_UNSPECIFIED"):
-        raise BadRequest("status must be ACTIVE or INACTIVE")
+async def update_api_key(gm: GoodMem, principal: Principal, api_key_id: str, req: ApiKeyUpdate) -> ApiKey:
+    doc_id, doc = await _load(gm, principal, api_key_id)
     now = now_ms()
-    if status == "INACTIVE" and not doc.get("revoked_at"):
+    if req.status == "INACTIVE" and not doc.get("revoked_at"):
         doc["status"] = "INACTIVE"
         doc["revoked_at"] = now
         doc["revoked_by_id"] = principal.user_id
-    elif status == "ACTIVE" and doc.get("revoked_at"):
+    elif req.status == "ACTIVE" and doc.get("revoked_at"):
         raise BadRequest("A revoked API key cannot be reactivated; create a new key")
-    doc["labels"] = apply_labels(doc.get("labels") or {}, body.get("replaceLabels"), body.get("mergeLabels"))
+    doc["labels"] = req.labels.apply(doc.get("labels") or {})
     doc["updated_at"] = now
     doc["updated_by_id"] = principal.user_id
-    await gstore.index_doc(svc.store, gstore.APIKEYS, doc_id, doc)
-    svc.caches.access_changed()
-    return doc
+    await gm.docs.put(APIKEYS, doc_id, doc)
+    gm.caches.access_changed()
+    return ApiKey.from_source(doc)
 
 
-async def delete_api_key(svc: Svc, principal: Principal, api_key_id: str) -> None:
-    doc_id, _ = await _load(svc, principal, api_key_id)
-    await gstore.delete_doc(svc.store, gstore.APIKEYS, doc_id)
-    svc.caches.access_changed()
+async def delete_api_key(gm: GoodMem, principal: Principal, api_key_id: str) -> None:
+    doc_id, _ = await _load(gm, principal, api_key_id)
+    await gm.docs.delete(APIKEYS, doc_id)
+    gm.caches.access_changed()

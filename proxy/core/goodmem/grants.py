@@ -8,128 +8,128 @@ only).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.goodmem._svc import Svc, new_id, now_ms
 from proxy.core.goodmem.auth import SPACE_OPS, Principal, authorize_space, require_admin
-from proxy.core.goodmem.paging import Page, clamp, decode_offset, encode_offset
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
+from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.spaces import get_space
-from proxy.core.goodmem.validation import check_uuid
-from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
-from proxy.store import goodmem as gstore
+from proxy.errors import BadRequest, Forbidden, NotFound
+from proxy.store.goodmem import GRANTS
 
-__all__ = ["create_grant", "get_grant", "grant_json", "list_grants", "revoke_grant"]
+__all__ = [
+    "GRANTABLE",
+    "SELECTORS",
+    "Grant",
+    "NewGrant",
+    "create_grant",
+    "get_grant",
+    "list_grants",
+    "revoke_grant",
+]
 
 SELECTORS = ("ANY", "EXACT", "DIRECT_MEMBERS_OF")
 GRANTABLE = SPACE_OPS - {"MANAGE_ACCESS"}
 
 
-def grant_json(doc: Mapping[str, Any]) -> dict[str, Any]:
-    audience: dict[str, Any] = (
-        {"allAuthenticated": True} if doc.get("all_authenticated") else {"principalId": doc["principal_id"]}
-    )
-    rule: dict[str, Any] = {"operation": doc["operation"], "selector": doc["selector"]}
-    if doc.get("resource_id"):
-        rule["assignedResource"] = {"kind": doc["resource_kind"], "resourceId": doc["resource_id"]}
-    out: dict[str, Any] = {
-        "grantId": doc["grant_id"],
-        "audience": audience,
-        "rule": rule,
-        "createdAt": doc["created_at"],
-        "createdById": doc["created_by_id"],
-    }
-    if doc.get("revoked_at"):
-        out["revokedAt"] = doc["revoked_at"]
-        out["revokedById"] = doc.get("revoked_by_id")
-    return out
+@dataclass(frozen=True)
+class Grant:
+    grant_id: str
+    principal_id: str | None
+    all_authenticated: bool
+    operation: str
+    selector: str
+    resource_kind: str | None
+    resource_id: str | None
+    created_at: int
+    created_by_id: str
+    revoked_at: int | None = None
+    revoked_by_id: str | None = None
+
+    @classmethod
+    def from_source(cls, doc: Mapping[str, Any]) -> Grant:
+        return cls(
+            grant_id=doc["grant_id"],
+            principal_id=doc.get("principal_id"),
+            all_authenticated=bool(doc.get("all_authenticated")),
+            operation=doc["operation"],
+            selector=doc["selector"],
+            resource_kind=doc.get("resource_kind"),
+            resource_id=doc.get("resource_id"),
+            created_at=doc["created_at"],
+            created_by_id=doc["created_by_id"],
+            revoked_at=doc.get("revoked_at") or None,
+            revoked_by_id=doc.get("revoked_by_id"),
+        )
 
 
-def _audience(value: Any) -> tuple[str | None, bool]:
-    if not isinstance(value, Mapping):
-        raise BadRequest("audience is required: {principalId} or {allAuthenticated: true}")
-    principal = value.get("principalId")
-    everyone = value.get("allAuthenticated")
-    if (principal is None) == (everyone is None):
-        raise BadRequest("audience must set exactly one of principalId and allAuthenticated")
-    if everyone is not None and everyone is not True:
-        raise BadRequest("audience.allAuthenticated must be true")
-    return (
-        check_uuid(principal, "audience.principalId") if principal is not None else None
-    ), everyone is True
+@dataclass(frozen=True)
+class NewGrant:
+    """``POST /v1/access-policy/grants``, validated: the audience is ``principal_id`` or everyone
+    authenticated; ``space_id`` is None exactly for the ANY selector."""
 
-
-async def create_grant(svc: Svc, principal: Principal, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Store one grant (the assigned space must exist: 404 otherwise)."""
-    principal_id, everyone = _audience(body.get("audience"))
-    rule = body.get("rule")
-    if not isinstance(rule, Mapping):
-        raise BadRequest("rule is required: {operation, selector, assignedResource}")
-    operation, selector = rule.get("operation"), rule.get("selector")
-    if operation not in GRANTABLE:
-        raise BadRequest(f"rule.operation must be one of {', '.join(sorted(GRANTABLE))}")
-    if selector not in SELECTORS:
-        raise BadRequest(f"rule.selector must be one of {', '.join(SELECTORS)}")
-    resource = rule.get("assignedResource")
+    principal_id: str | None
+    all_authenticated: bool
+    operation: str
+    selector: str
     space_id: str | None = None
-    if selector == "ANY":
-        if resource is not None:
-            raise BadRequest("rule.assignedResource must be omitted for the ANY selector")
-        if everyone:
-            raise BadRequest("ALL_AUTHENTICATED grants require an assigned-resource selector")
+    grant_id: str | None = None
+
+
+async def create_grant(gm: GoodMem, principal: Principal, req: NewGrant) -> Grant:
+    """Store one grant (the assigned space must exist: 404 otherwise)."""
+    if req.space_id is None:
         require_admin(principal, "an ANY grant")
     else:
-        if not isinstance(resource, Mapping) or resource.get("kind") != "SPACE":
-            raise BadRequest("rule.assignedResource must be {kind: SPACE, resourceId} for this selector")
-        space_id = check_uuid(resource.get("resourceId"), "rule.assignedResource.resourceId")
-        container = await get_space(svc, space_id)
-        await authorize_space(svc, principal, container, "MANAGE_ACCESS")
-    grant_id = check_uuid(body["grantId"], "grantId") if body.get("grantId") is not None else new_id()
+        await authorize_space(gm, principal, await get_space(gm, req.space_id), "MANAGE_ACCESS")
+    grant_id = req.grant_id or new_id()
     doc = {
         "grant_id": grant_id,
-        "principal_id": principal_id,
-        "all_authenticated": everyone,
-        "operation": operation,
-        "selector": selector,
-        "resource_kind": "SPACE" if space_id else None,
-        "resource_id": space_id,
+        "principal_id": req.principal_id,
+        "all_authenticated": req.all_authenticated,
+        "operation": req.operation,
+        "selector": req.selector,
+        "resource_kind": "SPACE" if req.space_id else None,
+        "resource_id": req.space_id,
         "created_at": now_ms(),
         "created_by_id": principal.user_id,
     }
-    try:
-        await gstore.index_doc(svc.store, gstore.GRANTS, grant_id, doc, create=True)
-    except Conflict:
-        raise Conflict("A grant with this ID already exists") from None
-    svc.caches.access_changed()  # a cached "no grant" answer is now wrong
-    return doc
+    await gm.docs.put(
+        GRANTS, grant_id, doc, create=True, conflict_message="A grant with this ID already exists"
+    )
+    gm.caches.access_changed()  # a cached "no grant" answer is now wrong
+    return Grant.from_source(doc)
 
 
-async def _load(svc: Svc, principal: Principal, grant_id: str) -> dict[str, Any]:
-    doc = await gstore.get_doc(svc.store, gstore.GRANTS, check_uuid(grant_id, "id"))
+async def _load(gm: GoodMem, principal: Principal, grant_id: str) -> dict[str, Any]:
+    doc = await gm.docs.get(GRANTS, check_uuid(grant_id, "id"))
     if doc is None:
         raise NotFound("Grant not found")
     if not principal.is_admin:
         if not doc.get("resource_id"):
             raise Forbidden("Permission denied: MANAGE_ACCESS")
-        await authorize_space(svc, principal, await get_space(svc, doc["resource_id"]), "MANAGE_ACCESS")
+        await authorize_space(gm, principal, await get_space(gm, doc["resource_id"]), "MANAGE_ACCESS")
     return doc
 
 
-async def get_grant(svc: Svc, principal: Principal, grant_id: str) -> dict[str, Any]:
-    return await _load(svc, principal, grant_id)
+async def get_grant(gm: GoodMem, principal: Principal, grant_id: str) -> Grant:
+    return Grant.from_source(await _load(gm, principal, grant_id))
 
 
-async def revoke_grant(svc: Svc, principal: Principal, grant_id: str) -> dict[str, Any]:
-    doc = await _load(svc, principal, grant_id)
+async def revoke_grant(gm: GoodMem, principal: Principal, grant_id: str) -> Grant:
+    doc = await _load(gm, principal, grant_id)
     if not doc.get("revoked_at"):
         doc["revoked_at"] = now_ms()
         doc["revoked_by_id"] = principal.user_id
-        await gstore.index_doc(svc.store, gstore.GRANTS, doc["grant_id"], doc)
-        svc.caches.access_changed()
-    return doc
+        await gm.docs.put(GRANTS, doc["grant_id"], doc)
+        gm.caches.access_changed()
+    return Grant.from_source(doc)
 
 
 async def list_grants(
-    svc: Svc,
+    gm: GoodMem,
     principal: Principal,
     *,
     resource_kind: str | None,
@@ -137,7 +137,7 @@ async def list_grants(
     include_revoked: bool,
     max_results: int | None,
     next_token: str | None,
-) -> Page:
+) -> Page[Grant]:
     if resource_kind not in ("SPACE", "INSTANCE"):
         raise BadRequest("resourceKind must be SPACE or INSTANCE")
     filters: list[dict[str, Any]] = []
@@ -145,7 +145,7 @@ async def list_grants(
         if resource_id is None:
             raise BadRequest("resourceId is required for resourceKind SPACE")
         space_id = check_uuid(resource_id, "resourceId")
-        await authorize_space(svc, principal, await get_space(svc, space_id), "MANAGE_ACCESS")
+        await authorize_space(gm, principal, await get_space(gm, space_id), "MANAGE_ACCESS")
         filters.append({"term": {"resource_id": space_id}})
     else:
         require_admin(principal, "listing instance grants")
@@ -153,13 +153,6 @@ async def list_grants(
     query: dict[str, Any] = {"bool": {"filter": filters}}
     if not include_revoked:
         query["bool"]["must_not"] = [{"exists": {"field": "revoked_at"}}]
-    size = clamp(max_results, 50, 1000)
-    start = decode_offset(next_token)
-    res = await gstore.search(
-        svc.store,
-        gstore.GRANTS,
-        {"from": start, "size": size + 1, "query": query, "sort": [{"grant_id": "asc"}]},
-    )
-    docs = [h["_source"] for h in res.get("hits", {}).get("hits", [])]
-    more = len(docs) > size
-    return Page(items=docs[:size], next_token=encode_offset(start + size) if more else None)
+    window = Window.of(max_results, next_token, default=50, high=1000)
+    hits = await gm.docs.search(GRANTS, {**window.probe(), "query": query, "sort": [{"grant_id": "asc"}]})
+    return window.page([Grant.from_source(h["_source"]) for h in hits])

@@ -1,4 +1,4 @@
-"""GoodMem memories: create (single and batch), get, batch get, delete, content, and record lookup.
+"""GoodMem memories: create (single and batch), get, batch get, delete, and record lookup.
 
 Processing is synchronous: create chunks the text, embeds every chunk and stores them (one ``_bulk``,
 refreshed) before the record is written, so a memory is ``COMPLETED`` and retrievable when create returns.
@@ -10,48 +10,39 @@ documents.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.containers import Container
-from proxy.core.goodmem import instance
-from proxy.core.goodmem._svc import Svc, new_id, now_ms
 from proxy.core.goodmem.auth import Principal, authorize_space
 from proxy.core.goodmem.chunking import chunk_text
-from proxy.core.goodmem.content import CreateRequest, parse_create_request
+from proxy.core.goodmem.content import NewMemory
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.metadata import index_metadata
-from proxy.core.goodmem.records import MemoryRecord, chunk_json, memory_json, record_from_long_term
+from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.spaces import get_space, space_chunking
-from proxy.core.goodmem.validation import check_uuid
 from proxy.core.longterm import LongTermMemory, delete_long_term, write_long_term
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
-from proxy.store import goodmem as gstore
-from proxy.store import memories as docs
-from proxy.store.client import OpenSearchError
+from proxy.store.goodmem import MEMORIES
 from proxy.store.query import Term, Terms
 
 __all__ = [
-    "LONG_TERM_PATTERN",
     "ItemResult",
-    "MemoryRecord",
+    "Rejected",
     "batch_create_memories",
     "batch_get_memories",
-    "chunk_json",
     "create_memory",
     "delete_memory",
+    "delete_records",
     "get_memory",
     "get_memory_records",
-    "memory_json",
-    "record_from_long_term",
 ]
 
 log = logging.getLogger(__name__)
 
-# Every container's long-term index (system and non-system prefixes); hidden ones need expand_wildcards=all.
-LONG_TERM_PATTERN = ".plugins-ml-am-*-memory-long-term,*-memory-long-term"
-_WILDCARD_PARAMS = {"expand_wildcards": "all", "ignore_unavailable": "true", "allow_no_indices": "true"}
-_NO_VECTORS = {"excludes": ["memory_embedding*"]}
+_DUPLICATE = "A memory with this ID already exists"
 
 
 @dataclass
@@ -60,13 +51,21 @@ class ItemResult:
 
     record: MemoryRecord | None = None
     error: MemproxyError | None = None
-    memory_id: str | None = None
+    memory_id: Any = None  # the id the item named, as sent (a malformed item may name a non-string)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An item of a batch request that failed validation: its error and the ``memoryId`` it named."""
+
+    error: MemproxyError
+    memory_id: Any = None
 
 
 @dataclass
 class _Prepared:
     index: int
-    request: CreateRequest
+    request: NewMemory
     container: Container
     record: MemoryRecord
     chunks: list[LongTermMemory]
@@ -74,17 +73,17 @@ class _Prepared:
     source: dict[str, Any]
 
 
-async def _writable_space(svc: Svc, principal: Principal, space_id: str) -> Container:
-    container = await get_space(svc, space_id)
-    await authorize_space(svc, principal, container, "CREATE_MEMORY")
+async def _writable_space(gm: GoodMem, principal: Principal, space_id: str) -> Container:
+    container = await get_space(gm, space_id)
+    await authorize_space(gm, principal, container, "CREATE_MEMORY")
     return container
 
 
 async def _prepare(
-    svc: Svc,
+    gm: GoodMem,
     principal: Principal,
     index: int,
-    req: CreateRequest,
+    req: NewMemory,
     now: int,
     spaces: dict[str, Container | MemproxyError] | None = None,
 ) -> _Prepared:
@@ -94,7 +93,7 @@ async def _prepare(
         raise cached
     if cached is None:
         try:
-            cached = await _writable_space(svc, principal, req.space_id)
+            cached = await _writable_space(gm, principal, req.space_id)
         except MemproxyError as exc:
             if spaces is not None:
                 spaces[req.space_id] = exc
@@ -106,7 +105,6 @@ async def _prepare(
         raise BadRequest("The space has no embedder, so it cannot hold memories")
     chunking = req.chunking or space_chunking(container)
     memory_id = req.memory_id or new_id()
-    pieces = chunk_text(req.text, chunking)
     chunks = [
         LongTermMemory(
             memory=c.text,
@@ -120,7 +118,7 @@ async def _prepare(
             created_time=now,
             last_updated_time=now,
         )
-        for c in pieces
+        for c in chunk_text(req.text, chunking)
     ]
     record = MemoryRecord.for_content(
         memory_id=memory_id,
@@ -134,46 +132,34 @@ async def _prepare(
         content_ref=req.content_ref,
         chunk_count=len(chunks),
     )
-    return _Prepared(index, req, container, record, chunks, _record_source(record))
+    return _Prepared(index, req, container, record, chunks, record.to_source(index_metadata(record.metadata)))
 
 
-async def _existing_ids(svc: Svc, ids: Sequence[str]) -> set[str]:
-    return set(await gstore.mget(svc.store, gstore.MEMORIES, list(ids))) if ids else set()
+async def _existing_ids(gm: GoodMem, ids: Sequence[str]) -> set[str]:
+    return set(await gm.docs.mget(MEMORIES, list(ids))) if ids else set()
 
 
-async def _undo_chunks(svc: Svc, container: Container, chunk_ids: Sequence[str]) -> None:
+async def _undo_chunks(gm: GoodMem, container: Container, chunk_ids: Sequence[str]) -> None:
     if not chunk_ids:
         return
     try:
-        await delete_long_term(svc, container, ids=list(chunk_ids))
+        await delete_long_term(gm.svc, container, ids=list(chunk_ids))
     except Exception:  # the caller reports the original failure
         log.exception("could not delete %d chunks of a failed memory create", len(chunk_ids))
 
 
-def _record_source(record: MemoryRecord) -> dict[str, Any]:
-    return record.to_source(index_metadata(record.metadata))
-
-
-async def create_memory(
-    svc: Svc, principal: Principal, body: Mapping[str, Any], *, file_bytes: bytes | None = None
-) -> MemoryRecord:
+async def create_memory(gm: GoodMem, principal: Principal, req: NewMemory) -> MemoryRecord:
     """POST /v1/memories: chunk, embed and store; the COMPLETED record."""
-    req = parse_create_request(body, file_bytes=file_bytes)
-    prepared = await _prepare(svc, principal, 0, req, now_ms())
-    if req.memory_id and await _existing_ids(svc, [req.memory_id]):
-        raise Conflict("A memory with this ID already exists")
-    await write_long_term(svc, prepared.container, prepared.chunks, refresh=True)
+    prepared = await _prepare(gm, principal, 0, req, now_ms())
+    if req.memory_id and await _existing_ids(gm, [req.memory_id]):
+        raise Conflict(_DUPLICATE)
+    await write_long_term(gm.svc, prepared.container, prepared.chunks, refresh=True)
     try:
-        await gstore.index_doc(
-            svc.store,
-            gstore.MEMORIES,
-            prepared.record.memory_id,
-            prepared.source,
-            create=True,
-            conflict_message="A memory with this ID already exists",
+        await gm.docs.put(
+            MEMORIES, prepared.record.memory_id, prepared.source, create=True, conflict_message=_DUPLICATE
         )
     except BaseException:
-        await _undo_chunks(svc, prepared.container, [str(c.id) for c in prepared.chunks])
+        await _undo_chunks(gm, prepared.container, [str(c.id) for c in prepared.chunks])
         raise
     return prepared.record
 
@@ -185,29 +171,25 @@ def _as_error(exc: BaseException) -> MemproxyError:
     return MemproxyError("Internal server error")
 
 
-async def batch_create_memories(svc: Svc, principal: Principal, body: Mapping[str, Any]) -> list[ItemResult]:
+async def batch_create_memories(
+    gm: GoodMem, principal: Principal, items: Sequence[NewMemory | Rejected]
+) -> list[ItemResult]:
     """POST /v1/memories:batchCreate: per-item results in request order; one embed + bulk per space."""
-    requests = body.get("requests")
-    if not isinstance(requests, list) or not requests:
-        raise BadRequest("requests must be a non-empty array")
-    results: list[ItemResult] = [ItemResult() for _ in requests]
+    results: list[ItemResult] = [ItemResult() for _ in items]
     now = now_ms()
     prepared: list[_Prepared] = []
     spaces: dict[str, Container | MemproxyError] = {}
-    for i, raw in enumerate(requests):
+    for i, item in enumerate(items):
+        if isinstance(item, Rejected):
+            results[i] = ItemResult(error=item.error, memory_id=item.memory_id)
+            continue
         try:
-            prepared.append(await _prepare(svc, principal, i, parse_create_request(raw), now, spaces))
+            prepared.append(await _prepare(gm, principal, i, item, now, spaces))
         except MemproxyError as exc:
-            results[i] = ItemResult(
-                error=exc, memory_id=raw.get("memoryId") if isinstance(raw, Mapping) else None
-            )
-    prepared = _drop_duplicate_ids(
-        prepared,
-        results,
-        await _existing_ids(svc, [p.record.memory_id for p in prepared if p.request.memory_id]),
-    )
-    for group in _by_space(prepared):
-        await _write_group(svc, group, results)
+            results[i] = ItemResult(error=exc, memory_id=item.memory_id)
+    existing = await _existing_ids(gm, [p.record.memory_id for p in prepared if p.request.memory_id])
+    for group in _by_space(_drop_duplicate_ids(prepared, results, existing)):
+        await _write_group(gm, group, results)
     return results
 
 
@@ -219,9 +201,7 @@ def _drop_duplicate_ids(
     for p in prepared:
         mid = p.record.memory_id
         if mid in existing or mid in seen:
-            results[p.index] = ItemResult(
-                error=Conflict("A memory with this ID already exists"), memory_id=mid
-            )
+            results[p.index] = ItemResult(error=Conflict(_DUPLICATE), memory_id=mid)
             continue
         seen.add(mid)
         keep.append(p)
@@ -235,12 +215,12 @@ def _by_space(prepared: Iterable[_Prepared]) -> list[list[_Prepared]]:
     return list(groups.values())
 
 
-async def _write_group(svc: Svc, group: list[_Prepared], results: list[ItemResult]) -> None:
+async def _write_group(gm: GoodMem, group: list[_Prepared], results: list[ItemResult]) -> None:
     """Chunks of one space in one write; then the records in one bulk; failed records lose their chunks."""
     container = group[0].container
     chunks = [c for p in group for c in p.chunks]
     try:
-        await write_long_term(svc, container, chunks, refresh=True)
+        await write_long_term(gm.svc, container, chunks, refresh=True)
     except BaseException as exc:
         err = _as_error(exc)
         for p in group:
@@ -248,11 +228,8 @@ async def _write_group(svc: Svc, group: list[_Prepared], results: list[ItemResul
         if not isinstance(exc, Exception):
             raise
         return
-    ops: list[docs.BulkOp] = [("create", gstore.MEMORIES, p.record.memory_id, p.source) for p in group]
     try:
-        await gstore.ensure_index(svc.store, gstore.MEMORIES)
-        res = await docs.bulk(svc.store, ops, refresh=True)
-        items = [next(iter(item.values())) for item in res.get("items", [])]
+        items = await gm.docs.create_many(MEMORIES, [(p.record.memory_id, p.source) for p in group])
     except Exception as exc:
         items = [{"status": getattr(exc, "status", 500), "error": {"reason": str(exc)}} for _ in group]
     for p, item in zip(group, items, strict=True):
@@ -260,101 +237,76 @@ async def _write_group(svc: Svc, group: list[_Prepared], results: list[ItemResul
         if status < 300:
             results[p.index] = ItemResult(record=p.record)
             continue
-        await _undo_chunks(svc, container, [str(c.id) for c in p.chunks])
+        await _undo_chunks(gm, container, [str(c.id) for c in p.chunks])
         failure: MemproxyError = (
-            Conflict("A memory with this ID already exists")
+            Conflict(_DUPLICATE)
             if status == 409
             else MemproxyError(str((item.get("error") or {}).get("reason") or "Failed to store the memory"))
         )
         results[p.index] = ItemResult(error=failure, memory_id=p.record.memory_id)
 
 
-async def _long_term_sources(svc: Svc, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Long-term documents without a GoodMem record (written through the OpenSearch API), by id."""
-    if not ids:
-        return {}
-    body = {
-        "size": len(ids),
-        "_source": _NO_VECTORS,
-        "query": {
-            "bool": {
-                "filter": [{"ids": {"values": list(ids)}}],
-                "must_not": [{"exists": {"field": "memory_id"}}],
-            }
-        },
-    }
-    try:
-        res = await svc.store.request(
-            "POST", f"/{LONG_TERM_PATTERN}/_search", body=body, params=_WILDCARD_PARAMS
-        )
-    except OpenSearchError:
-        return {}
-    return {h["_id"]: h["_source"] for h in res.get("hits", {}).get("hits", [])}
-
-
-async def get_memory_records(svc: Svc, memory_ids: Sequence[str]) -> dict[str, MemoryRecord]:
+async def get_memory_records(gm: GoodMem, memory_ids: Sequence[str]) -> dict[str, MemoryRecord]:
     """Records by id; an id with no record that names an OpenSearch-API long-term memory yields that memory
     (one chunk). Ids found nowhere are absent from the result."""
     ids = list(dict.fromkeys(memory_ids))
-    found = {
-        mid: MemoryRecord.from_source(src)
-        for mid, src in (await gstore.mget(svc.store, gstore.MEMORIES, ids)).items()
-    }
+    found = {mid: MemoryRecord.from_source(src) for mid, src in (await gm.docs.mget(MEMORIES, ids)).items()}
     missing = [i for i in ids if i not in found]
     if missing:
-        root = await instance.root_user_id(svc)
-        for doc_id, src in (await _long_term_sources(svc, missing)).items():
+        root = await gm.instance.root_user_id()
+        for doc_id, src in (await gm.docs.long_term_without_record(missing)).items():
             found[doc_id] = record_from_long_term(doc_id, src, owner_id=root)
     return found
 
 
-async def _load(svc: Svc, principal: Principal, memory_id: str, op: str) -> tuple[MemoryRecord, Container]:
+async def _load(gm: GoodMem, principal: Principal, memory_id: str, op: str) -> tuple[MemoryRecord, Container]:
     mid = check_uuid(memory_id, "memoryId")
-    record = (await get_memory_records(svc, [mid])).get(mid)
+    record = (await get_memory_records(gm, [mid])).get(mid)
     if record is None:
         raise NotFound("Memory not found")
     try:
-        container = await get_space(svc, record.space_id)
+        container = await get_space(gm, record.space_id)
     except NotFound:
         raise NotFound("Memory not found") from None
-    await authorize_space(svc, principal, container, op)
+    await authorize_space(gm, principal, container, op)
     return record, container
 
 
-async def get_memory(svc: Svc, principal: Principal, memory_id: str) -> MemoryRecord:
-    return (await _load(svc, principal, memory_id, "READ_MEMORY"))[0]
+async def get_memory(gm: GoodMem, principal: Principal, memory_id: str) -> MemoryRecord:
+    return (await _load(gm, principal, memory_id, "READ_MEMORY"))[0]
 
 
-async def batch_get_memories(svc: Svc, principal: Principal, memory_ids: Any) -> list[ItemResult]:
-    if not isinstance(memory_ids, list) or not memory_ids:
-        raise BadRequest("memoryIds must be a non-empty array")
+async def batch_get_memories(
+    gm: GoodMem, principal: Principal, memory_ids: Sequence[object]
+) -> list[ItemResult]:
+    """Each id's memory or error, in request order (an id that is not even a string is that item's 400)."""
     results: list[ItemResult] = []
     for raw in memory_ids:
         try:
-            results.append(ItemResult(record=await get_memory(svc, principal, raw)))
+            results.append(ItemResult(record=await get_memory(gm, principal, check_uuid(raw, "memoryId"))))
         except MemproxyError as exc:
             results.append(ItemResult(error=exc, memory_id=raw if isinstance(raw, str) else None))
     return results
 
 
-async def delete_memory(svc: Svc, principal: Principal, memory_id: str) -> int:
+async def delete_memory(gm: GoodMem, principal: Principal, memory_id: str) -> int:
     """Delete a memory and its chunks; 1 (the count batch delete reports)."""
-    record, container = await _load(svc, principal, memory_id, "DELETE_MEMORY")
-    await delete_records(svc, container, [record])
+    record, container = await _load(gm, principal, memory_id, "DELETE_MEMORY")
+    await delete_records(gm, container, [record])
     return 1
 
 
-async def delete_records(svc: Svc, container: Container, records: Sequence[MemoryRecord]) -> int:
+async def delete_records(gm: GoodMem, container: Container, records: Sequence[MemoryRecord]) -> int:
     """Chunks first, then the records (a failure in between leaves a record, never orphan chunks)."""
     own = [r.memory_id for r in records if not r.from_long_term]
     foreign = [r.memory_id for r in records if r.from_long_term]
     if container.index_name("long-term") is not None:
         for start in range(0, len(own), 1000):
-            await delete_long_term(svc, container, filter=_memory_terms(own[start : start + 1000]))
+            await delete_long_term(gm.svc, container, filter=_memory_terms(own[start : start + 1000]))
         if foreign:
-            await delete_long_term(svc, container, ids=foreign)
+            await delete_long_term(gm.svc, container, ids=foreign)
     if own:
-        await gstore.delete_by_query(svc.store, gstore.MEMORIES, {"terms": {"memory_id": own}})
+        await gm.docs.delete_by_query(MEMORIES, {"terms": {"memory_id": own}})
     return len(records)
 
 

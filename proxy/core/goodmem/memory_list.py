@@ -8,25 +8,34 @@ paging).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.containers import Container
-from proxy.core.goodmem import instance
-from proxy.core.goodmem._svc import Svc
 from proxy.core.goodmem.auth import Principal, can_access_space
+from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.memories import ItemResult, delete_memory, delete_records
-from proxy.core.goodmem.metadata import compile_metadata_filter, parse_metadata_filter
-from proxy.core.goodmem.paging import Page, clamp, decode_offset, encode_offset
+from proxy.core.goodmem.metadata import compile_metadata_filter
+from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.spaces import read_space
 from proxy.errors import BadRequest, MemproxyError
-from proxy.store import goodmem as gstore
+from proxy.store.goodmem import MEMORIES
 
-__all__ = ["STATUSES", "batch_delete_memories", "list_memories", "select_memories"]
+__all__ = [
+    "SORT_FIELDS",
+    "STATUSES",
+    "DeleteItem",
+    "MemoryQuery",
+    "MemorySelector",
+    "batch_delete_memories",
+    "list_memories",
+]
 
 STATUSES = ("PENDING", "PROCESSING", "COMPLETED", "FAILED")
-_SORT_FIELDS = {
+# GoodMem's sort keys → the field both kinds of memory share.
+SORT_FIELDS = {
     "created_at": "created_time",
     "updated_at": "last_updated_time",
     "content_type": "content_type",
@@ -35,11 +44,43 @@ _SORT_FIELDS = {
 _MAX_WINDOW = 10_000
 
 
+@dataclass(frozen=True)
+class MemoryQuery:
+    """``GET /v1/spaces/{id}/memories``, validated: ``status`` one of :data:`STATUSES`, ``sort_field`` a value
+    of :data:`SORT_FIELDS`, ``filter`` a parsed filter expression."""
+
+    include_content: bool = False
+    status: str | None = None
+    filter: Any = None
+    sort_field: str = "created_time"
+    descending: bool = True
+    max_results: int | None = None
+    next_token: str | None = None
+
+
+@dataclass(frozen=True)
+class MemorySelector:
+    """``filterSelector`` of a batch delete, validated: every memory of a space matching both filters."""
+
+    space_id: str
+    status: str | None = None
+    filter: Any = None
+
+
+@dataclass(frozen=True)
+class DeleteItem:
+    """One batch-delete request: a memory id or a selector, or the error that made it unusable."""
+
+    memory_id: Any = None  # as sent
+    selector: MemorySelector | None = None
+    error: MemproxyError | None = None
+
+
 def _query(
     container: Container, status: str | None, metadata_clause: dict[str, Any] | None
 ) -> dict[str, Any]:
     records: list[dict[str, Any]] = [
-        {"term": {"_index": gstore.MEMORIES}},
+        {"term": {"_index": MEMORIES}},
         {"term": {"space_id": container.id}},
     ]
     if status:
@@ -60,139 +101,83 @@ def _query(
     return {"bool": {"should": branches, "minimum_should_match": 1}}
 
 
-def _indices(container: Container) -> str:
-    lt_index = container.index_name("long-term")
-    return gstore.MEMORIES + (f",{lt_index}" if lt_index else "")
-
-
-def _check_status(status: str | None) -> str | None:
-    if status is None or status == "":
-        return None
-    if status not in STATUSES:
-        raise BadRequest(f"statusFilter must be one of {', '.join(STATUSES)}")
-    return status
+def _clause(expr: Any) -> dict[str, Any] | None:
+    return compile_metadata_filter(expr) if expr is not None else None
 
 
 def _records(hits: list[dict[str, Any]], root: str | None) -> list[MemoryRecord]:
     out = []
     for h in hits:
         src = h["_source"]
-        if h["_index"] == gstore.MEMORIES:
+        if h["_index"] == MEMORIES:
             out.append(MemoryRecord.from_source(src))
         else:
             out.append(record_from_long_term(h["_id"], src, owner_id=root))
     return out
 
 
-async def _search(svc: Svc, container: Container, body: dict[str, Any]) -> list[dict[str, Any]]:
-    await gstore.ensure_index(svc.store, gstore.MEMORIES)
-    res = await svc.store.request(
-        "POST",
-        f"/{_indices(container)}/_search",
-        body=body,
-        params={"ignore_unavailable": "true", "expand_wildcards": "all"},
-    )
-    hits: list[dict[str, Any]] = res.get("hits", {}).get("hits", [])
-    return hits
+async def _search(gm: GoodMem, container: Container, body: dict[str, Any]) -> list[MemoryRecord]:
+    hits = await gm.docs.search_with_long_term(container.index_name("long-term"), body)
+    return _records(hits, await gm.instance.root_user_id())
 
 
 async def list_memories(
-    svc: Svc,
-    principal: Principal,
-    space_id: str,
-    *,
-    include_content: bool = False,
-    status_filter: str | None = None,
-    filter_text: str | None = None,
-    max_results: int | None = None,
-    next_token: str | None = None,
-    sort_by: str | None = None,
-    sort_order: str | None = None,
-) -> Page:
+    gm: GoodMem, principal: Principal, space_id: str, query: MemoryQuery
+) -> Page[MemoryRecord]:
     """Memories of a space the caller may list (LIST_MEMORY) and read (READ_MEMORY, else an empty page)."""
-    container = await read_space(svc, principal, space_id, "LIST_MEMORY")
-    status = _check_status(status_filter)
-    field = _SORT_FIELDS.get(sort_by or "created_at")
-    if field is None:
-        raise BadRequest(f"sortBy must be one of {', '.join(_SORT_FIELDS)}")
-    order = (sort_order or "DESCENDING").upper()
-    if order not in ("ASCENDING", "DESCENDING", "SORT_ORDER_UNSPECIFIED"):
-        raise BadRequest("sortOrder must be ASCENDING or DESCENDING")
-    expr = parse_metadata_filter(filter_text)
-    clause = compile_metadata_filter(expr) if expr is not None else None
-    size = clamp(max_results, 50, 500)
-    start = decode_offset(next_token)
-    if not await can_access_space(svc, principal, container, "READ_MEMORY"):
+    container = await read_space(gm, principal, space_id, "LIST_MEMORY")
+    clause = _clause(query.filter)
+    window = Window.of(query.max_results, query.next_token, default=50, high=500)
+    if not await can_access_space(gm, principal, container, "READ_MEMORY"):
         return Page()
-    if start + size > _MAX_WINDOW:
+    if window.end > _MAX_WINDOW:
         raise BadRequest(
             f"Paging is limited to the first {_MAX_WINDOW} memories; narrow the list with a filter"
         )
-    direction = "asc" if order == "ASCENDING" else "desc"
+    direction = "desc" if query.descending else "asc"
+    field = query.sort_field
     sort = [
         {field: {"order": direction, "unmapped_type": "keyword" if "time" not in field else "date"}},
         {"created_time": {"order": direction, "unmapped_type": "date"}},
         {"memory_id": {"order": "asc", "unmapped_type": "keyword"}},
     ]
     excludes = ["memory_embedding*", "metadata_index"]
-    if not include_content:
+    if not query.include_content:
         excludes.append("original_content_b64")
     body = {
-        "from": start,
-        "size": size + 1,
-        "query": _query(container, status, clause),
+        **window.probe(),
+        "query": _query(container, query.status, clause),
         "sort": sort,
         "_source": {"excludes": excludes},
     }
-    hits = await _search(svc, container, body)
-    records = _records(hits[:size], await instance.root_user_id(svc))
-    more = len(hits) > size
-    return Page(items=records, next_token=encode_offset(start + size) if more else None)
+    return window.page(await _search(gm, container, body))
 
 
-async def select_memories(
-    svc: Svc, container: Container, status: str | None, filter_text: str | None
-) -> list[MemoryRecord]:
-    """Every memory of the space matching the status and metadata filter (for delete by selector)."""
-    expr = parse_metadata_filter(filter_text)
-    clause = compile_metadata_filter(expr) if expr is not None else None
+async def _delete_selected(gm: GoodMem, principal: Principal, selector: MemorySelector) -> int:
+    container = await read_space(gm, principal, selector.space_id, "DELETE_MEMORY")
     body = {
         "size": _MAX_WINDOW,
-        "query": _query(container, _check_status(status), clause),
+        "query": _query(container, selector.status, _clause(selector.filter)),
         "_source": ["memory_id", "space_id", "memory_container_id", "created_time"],
     }
-    return _records(await _search(svc, container, body), await instance.root_user_id(svc))
-
-
-async def _delete_selector(svc: Svc, principal: Principal, selector: Any) -> int:
-    if not isinstance(selector, Mapping) or not selector.get("spaceId"):
-        raise BadRequest("filterSelector.spaceId is required")
-    container = await read_space(svc, principal, str(selector["spaceId"]), "DELETE_MEMORY")
-    chosen = await select_memories(svc, container, selector.get("statusFilter"), selector.get("filter"))
-    return await delete_records(svc, container, chosen)
+    return await delete_records(gm, container, await _search(gm, container, body))
 
 
 async def batch_delete_memories(
-    svc: Svc, principal: Principal, body: Mapping[str, Any]
+    gm: GoodMem, principal: Principal, items: Sequence[DeleteItem]
 ) -> list[tuple[ItemResult, int]]:
-    """POST /v1/memories:batchDelete: per selector, (result, deleted count)."""
-    requests = body.get("requests")
-    if not isinstance(requests, list) or not requests:
-        raise BadRequest("requests must be a non-empty array")
+    """POST /v1/memories:batchDelete: per item, (result, deleted count), in request order."""
     out: list[tuple[ItemResult, int]] = []
-    for raw in requests:
-        memory_id = raw.get("memoryId") if isinstance(raw, Mapping) else None
-        selector = raw.get("filterSelector") if isinstance(raw, Mapping) else None
+    for item in items:
         try:
-            if (memory_id is None) == (selector is None):
-                raise BadRequest("Each delete selector needs exactly one of memoryId and filterSelector")
-            if memory_id is not None:
-                deleted = await delete_memory(svc, principal, memory_id)
+            if item.error is not None:
+                raise item.error
+            if item.selector is not None:
+                deleted = await _delete_selected(gm, principal, item.selector)
             else:
-                deleted = await _delete_selector(svc, principal, selector)
-            out.append((ItemResult(memory_id=memory_id), deleted))
+                deleted = await delete_memory(gm, principal, item.memory_id)
+            out.append((ItemResult(memory_id=item.memory_id), deleted))
         except MemproxyError as exc:
-            out.append(
-                (ItemResult(error=exc, memory_id=memory_id if isinstance(memory_id, str) else None), 0)
-            )
+            memory_id = item.memory_id if isinstance(item.memory_id, str) else None
+            out.append((ItemResult(error=exc, memory_id=memory_id), 0))
     return out

@@ -1,4 +1,4 @@
-"""The GoodMem memory record and its wire forms (Memory, MemoryChunkResponse).
+"""The GoodMem memory record (what ``Memory`` shows) and the long-term memories that stand in for one.
 
 A record lives in ``memproxy-goodmem-memories`` (content, content type, metadata, status, chunking); its
 chunks are long-term documents of the space's container. A long-term memory written through the OpenSearch API
@@ -13,12 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "MemoryRecord",
-    "chunk_json",
-    "memory_json",
-    "record_from_long_term",
-]
+from proxy.core.goodmem.ids import NIL_UUID
+
+__all__ = ["MemoryRecord", "record_from_long_term"]
 
 
 @dataclass
@@ -128,7 +125,7 @@ def record_from_long_term(
     text = str(source.get("memory") or "")
     content = text.encode("utf-8")
     created = int(source.get("created_time") or 0)
-    actor = str(source.get("owner_id") or owner_id or "00000000-0000-0000-0000-000000000000")
+    actor = str(source.get("owner_id") or owner_id or NIL_UUID)
     metadata = source.get("metadata")
     if metadata is None:
         # The ml-commons attributes are what an OpenSearch-API memory has for metadata.
@@ -150,59 +147,3 @@ def record_from_long_term(
         chunk_count=1,
         from_long_term=True,
     )
-
-
-def memory_json(record: MemoryRecord, include_content: bool) -> dict[str, Any]:
-    """The GoodMem Memory object with every field either client generation requires.
-
-    ``originalContent`` (base64) only when ``include_content``. Page images are not extracted, so
-    ``pageImageStatus`` is COMPLETED with a count of 0 (a terminal state no client waits on).
-    """
-    out: dict[str, Any] = {
-        "memoryId": record.memory_id,
-        "spaceId": record.space_id,
-        "contentType": record.content_type,
-        "processingStatus": record.processing_status,
-        "pageImageStatus": "COMPLETED",
-        "pageImageCount": 0,
-        "createdAt": record.created_at,
-        "updatedAt": record.updated_at,
-        "createdById": record.created_by_id,
-        "updatedById": record.updated_by_id,
-    }
-    if record.content_length is not None:
-        out["originalContentLength"] = record.content_length
-    if record.content_sha256 is not None:
-        out["originalContentSha256"] = record.content_sha256
-    if record.content_ref is not None:
-        out["originalContentRef"] = record.content_ref
-    if include_content and record.content_b64 is not None:
-        out["originalContent"] = record.content_b64
-    out["metadata"] = dict(record.metadata) if record.metadata is not None else {}
-    if record.chunking_config is not None:
-        out["chunkingConfig"] = record.chunking_config
-    return out
-
-
-def chunk_json(doc_id: str, source: Mapping[str, Any], *, actor_id: str | None = None) -> dict[str, Any]:
-    """MemoryChunkResponse for one long-term document (a chunk, or an OpenSearch-API memory as one chunk)."""
-    text = str(source.get("memory") or "")
-    memory_id = str(source.get("memory_id") or doc_id)
-    created = int(source.get("created_time") or 0)
-    actor = str(source.get("owner_id") or actor_id or "00000000-0000-0000-0000-000000000000")
-    out: dict[str, Any] = {
-        "chunkId": doc_id,
-        "memoryId": memory_id,
-        "chunkSequenceNumber": int(source.get("chunk_sequence") or 0),
-        "chunkText": text,
-        "vectorStatus": "COMPLETED",
-        "startOffset": int(source["start_offset"]) if source.get("start_offset") is not None else 0,
-        "endOffset": int(source["end_offset"]) if source.get("end_offset") is not None else len(text),
-        "createdAt": created,
-        "updatedAt": int(source.get("last_updated_time") or created),
-        "createdById": actor,
-        "updatedById": actor,
-    }
-    if isinstance(source.get("metadata"), Mapping):
-        out["metadata"] = dict(source["metadata"])
-    return out

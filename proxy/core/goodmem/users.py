@@ -7,16 +7,21 @@ administrator creates further users (Gen B ``POST /v1/users``) and issues their 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.goodmem._svc import Svc, new_id, now_ms
 from proxy.core.goodmem.auth import Principal, require_admin
-from proxy.core.goodmem.paging import Page, clamp, decode_offset, encode_offset
-from proxy.core.goodmem.validation import apply_labels, check_labels, check_uuid
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
+from proxy.core.goodmem.paging import Page, Window
+from proxy.core.goodmem.validation import LabelChange
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
-from proxy.store import goodmem as gstore
+from proxy.store.goodmem import APIKEYS, USERS
 
 __all__ = [
+    "NewUser",
+    "User",
+    "UserUpdate",
     "create_user",
     "delete_user",
     "get_user",
@@ -24,28 +29,66 @@ __all__ = [
     "list_users",
     "new_user_doc",
     "update_user",
-    "user_json",
 ]
 
+_NOT_DELETED = {"exists": {"field": "deleted_at"}}
 
-def user_json(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """UserResponse; ``displayName`` is always present because Gen A requires it."""
-    out: dict[str, Any] = {
-        "userId": doc["user_id"],
-        "email": doc.get("email") or "",
-        "displayName": doc.get("display_name") or "",
-        "labels": dict(doc.get("labels") or {}),
-        "createdAt": int(doc["created_at"]),
-        "updatedAt": int(doc["updated_at"]),
-        "createdById": doc.get("created_by_id") or doc["user_id"],
-        "updatedById": doc.get("updated_by_id") or doc["user_id"],
-    }
-    if doc.get("username"):
-        out["username"] = doc["username"]
-    if doc.get("deleted_at"):
-        out["deletedAt"] = doc["deleted_at"]
-        out["deletedById"] = doc.get("deleted_by_id")
-    return out
+
+@dataclass(frozen=True)
+class User:
+    """A user as the API shows it (the stored document's defaults applied)."""
+
+    user_id: str
+    email: str
+    display_name: str
+    labels: dict[str, str]
+    created_at: int
+    updated_at: int
+    created_by_id: str
+    updated_by_id: str
+    username: str | None = None
+    roles: tuple[str, ...] = ()
+    deleted_at: int | None = None
+    deleted_by_id: str | None = None
+
+    @classmethod
+    def from_source(cls, doc: Mapping[str, Any]) -> User:
+        user_id = str(doc["user_id"])
+        return cls(
+            user_id=user_id,
+            email=doc.get("email") or "",
+            display_name=doc.get("display_name") or "",
+            labels=dict(doc.get("labels") or {}),
+            created_at=int(doc["created_at"]),
+            updated_at=int(doc["updated_at"]),
+            created_by_id=doc.get("created_by_id") or user_id,
+            updated_by_id=doc.get("updated_by_id") or user_id,
+            username=doc.get("username") or None,
+            roles=tuple(doc.get("roles") or ()),
+            deleted_at=doc.get("deleted_at") or None,
+            deleted_by_id=doc.get("deleted_by_id"),
+        )
+
+
+@dataclass(frozen=True)
+class NewUser:
+    """``POST /v1/users``, validated."""
+
+    email: str
+    user_id: str | None = None
+    username: str | None = None
+    display_name: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UserUpdate:
+    """``PUT /v1/users/{id}``, validated; None leaves a field as it is."""
+
+    email: str | None = None
+    username: str | None = None
+    display_name: str | None = None
+    labels: LabelChange = field(default_factory=LabelChange)
 
 
 def new_user_doc(
@@ -74,52 +117,30 @@ def new_user_doc(
     }
 
 
-def _check_email(value: Any) -> str:
-    if not isinstance(value, str) or "@" not in value or len(value) > 320 or value.strip() != value:
-        raise BadRequest("email must be a valid email address")
-    return value
-
-
-async def _unique(svc: Svc, field: str, value: str, *, exclude: str | None = None) -> None:
-    query: dict[str, Any] = {
-        "bool": {"filter": [{"term": {field: value}}], "must_not": [{"exists": {"field": "deleted_at"}}]}
-    }
+async def _unique(gm: GoodMem, field: str, value: str, *, exclude: str | None = None) -> None:
+    must_not: list[dict[str, Any]] = [_NOT_DELETED]
     if exclude:
-        query["bool"]["must_not"].append({"term": {"user_id": exclude}})
-    if await gstore.count(svc.store, gstore.USERS, query):
+        must_not.append({"term": {"user_id": exclude}})
+    if await gm.docs.count(USERS, {"bool": {"filter": [{"term": {field: value}}], "must_not": must_not}}):
         raise Conflict(f"A user with this {field.replace('_lower', '')} already exists")
 
 
-async def create_user(svc: Svc, principal: Principal, body: Mapping[str, Any]) -> dict[str, Any]:
+async def create_user(gm: GoodMem, principal: Principal, req: NewUser) -> User:
     require_admin(principal, "creating users")
-    email = _check_email(body.get("email"))
-    user_id = check_uuid(body["userId"], "userId") if body.get("userId") is not None else new_id()
-    username = body.get("username")
-    if username is not None and (not isinstance(username, str) or not username or len(username) > 255):
-        raise BadRequest("username must be 1..255 characters")
-    display = body.get("displayName") or ""
-    if not isinstance(display, str) or len(display) > 255:
-        raise BadRequest("displayName must be a string of at most 255 characters")
-    await _unique(svc, "email_lower", email.lower())
-    if username:
-        await _unique(svc, "username", username)
+    user_id = req.user_id or new_id()
+    await _unique(gm, "email_lower", req.email.lower())
+    if req.username:
+        await _unique(gm, "username", req.username)
     doc = new_user_doc(
         user_id=user_id,
-        email=email,
+        email=req.email,
         actor_id=principal.user_id,
-        display_name=display,
-        username=username,
-        labels=check_labels(body.get("labels"), strict_keys=True),
+        display_name=req.display_name,
+        username=req.username,
+        labels=req.labels,
     )
-    await gstore.index_doc(
-        svc.store,
-        gstore.USERS,
-        user_id,
-        doc,
-        create=True,
-        conflict_message="A user with this ID already exists",
-    )
-    return doc
+    await gm.docs.put(USERS, user_id, doc, create=True, conflict_message="A user with this ID already exists")
+    return User.from_source(doc)
 
 
 def _readable(principal: Principal, doc: Mapping[str, Any]) -> None:
@@ -127,95 +148,74 @@ def _readable(principal: Principal, doc: Mapping[str, Any]) -> None:
         raise Forbidden("Permission denied: cannot read another user")
 
 
-async def get_user(
-    svc: Svc, principal: Principal, user_id: str, *, include_deleted: bool = False
-) -> dict[str, Any]:
-    doc = await gstore.get_doc(svc.store, gstore.USERS, check_uuid(user_id, "id"))
+async def _load(gm: GoodMem, principal: Principal, user_id: str, *, include_deleted: bool) -> dict[str, Any]:
+    doc = await gm.docs.get(USERS, check_uuid(user_id, "id"))
     if doc is None or (doc.get("deleted_at") and not include_deleted):
         raise NotFound("User not found")
     _readable(principal, doc)
     return doc
 
 
-async def get_user_by(svc: Svc, principal: Principal, field: str, value: str) -> dict[str, Any]:
+async def get_user(gm: GoodMem, principal: Principal, user_id: str, *, include_deleted: bool = False) -> User:
+    return User.from_source(await _load(gm, principal, user_id, include_deleted=include_deleted))
+
+
+async def get_user_by(gm: GoodMem, principal: Principal, field: str, value: str) -> User:
     """Lookup by ``email`` (case-insensitive) or ``username``."""
     key = {"email": "email_lower", "username": "username"}[field]
     term = value.lower() if field == "email" else value
-    res = await gstore.search(
-        svc.store,
-        gstore.USERS,
-        {
-            "size": 1,
-            "query": {
-                "bool": {"filter": [{"term": {key: term}}], "must_not": [{"exists": {"field": "deleted_at"}}]}
-            },
-        },
+    hits = await gm.docs.search(
+        USERS, {"size": 1, "query": {"bool": {"filter": [{"term": {key: term}}], "must_not": [_NOT_DELETED]}}}
     )
-    hits = res.get("hits", {}).get("hits", [])
     if not hits:
         raise NotFound("User not found")
     doc: dict[str, Any] = hits[0]["_source"]
     _readable(principal, doc)
-    return doc
+    return User.from_source(doc)
 
 
 async def list_users(
-    svc: Svc, principal: Principal, *, max_results: int | None = None, next_token: str | None = None
-) -> Page:
+    gm: GoodMem, principal: Principal, *, max_results: int | None, next_token: str | None
+) -> Page[User]:
     """Admins see every active user; anyone else sees only themselves."""
-    query: dict[str, Any] = {"bool": {"must_not": [{"exists": {"field": "deleted_at"}}]}}
+    query: dict[str, Any] = {"bool": {"must_not": [_NOT_DELETED]}}
     if not principal.is_admin:
         query["bool"]["filter"] = [{"term": {"user_id": principal.user_id}}]
-    size = clamp(max_results, 50, 1000)
-    start = decode_offset(next_token)
-    res = await gstore.search(
-        svc.store,
-        gstore.USERS,
-        {
-            "from": start,
-            "size": size + 1,
-            "query": query,
-            "sort": [{"created_at": "asc"}, {"user_id": "asc"}],
-        },
+    window = Window.of(max_results, next_token, default=50, high=1000)
+    hits = await gm.docs.search(
+        USERS, {**window.probe(), "query": query, "sort": [{"created_at": "asc"}, {"user_id": "asc"}]}
     )
-    docs = [h["_source"] for h in res.get("hits", {}).get("hits", [])]
-    more = len(docs) > size
-    return Page(items=docs[:size], next_token=encode_offset(start + size) if more else None)
+    return window.page([User.from_source(h["_source"]) for h in hits])
 
 
-async def update_user(
-    svc: Svc, principal: Principal, user_id: str, body: Mapping[str, Any]
-) -> dict[str, Any]:
-    doc = await get_user(svc, principal, user_id)
-    if "email" in body and body["email"] is not None:
-        email = _check_email(body["email"])
-        await _unique(svc, "email_lower", email.lower(), exclude=doc["user_id"])
-        doc["email"], doc["email_lower"] = email, email.lower()
-    if body.get("username") is not None:
-        await _unique(svc, "username", str(body["username"]), exclude=doc["user_id"])
-        doc["username"] = str(body["username"])
-    if body.get("displayName") is not None:
-        doc["display_name"] = str(body["displayName"])
-    doc["labels"] = apply_labels(
-        doc.get("labels") or {}, body.get("replaceLabels"), body.get("mergeLabels"), strict_keys=True
-    )
+async def update_user(gm: GoodMem, principal: Principal, user_id: str, req: UserUpdate) -> User:
+    doc = await _load(gm, principal, user_id, include_deleted=False)
+    if req.email is not None:
+        await _unique(gm, "email_lower", req.email.lower(), exclude=doc["user_id"])
+        doc["email"], doc["email_lower"] = req.email, req.email.lower()
+    if req.username is not None:
+        await _unique(gm, "username", req.username, exclude=doc["user_id"])
+        doc["username"] = req.username
+    if req.display_name is not None:
+        doc["display_name"] = req.display_name
+    doc["labels"] = req.labels.apply(doc.get("labels") or {}, strict_keys=True)
     doc["updated_at"] = now_ms()
     doc["updated_by_id"] = principal.user_id
-    await gstore.index_doc(svc.store, gstore.USERS, doc["user_id"], doc)
-    svc.caches.access_changed()
-    return doc
+    await gm.docs.put(USERS, doc["user_id"], doc)
+    gm.caches.access_changed()
+    return User.from_source(doc)
 
 
-async def delete_user(svc: Svc, principal: Principal, user_id: str) -> None:
+async def delete_user(gm: GoodMem, principal: Principal, user_id: str) -> None:
     """Admin only; the user is tombstoned and their keys stop working at once."""
     require_admin(principal, "deleting users")
-    doc = await get_user(svc, principal, user_id)
+    doc = await _load(gm, principal, user_id, include_deleted=False)
     if "ROOT" in (doc.get("roles") or ()):
         raise BadRequest("The root user cannot be deleted")
     now = now_ms()
     doc.update(
         deleted_at=now, deleted_by_id=principal.user_id, updated_at=now, updated_by_id=principal.user_id
     )
-    await gstore.index_doc(svc.store, gstore.USERS, doc["user_id"], doc)
-    await gstore.delete_by_query(svc.store, gstore.APIKEYS, {"term": {"user_id": doc["user_id"]}})
-    svc.caches.access_changed()
+    await gm.docs.put(USERS, doc["user_id"], doc)
+    await gm.docs.delete_by_query(APIKEYS, {"term": {"user_id": doc["user_id"]}})
+    gm.caches.access_changed()

@@ -1,33 +1,18 @@
-"""Small validators shared by the GoodMem operations; each failure is a 400 with GoodMem-style wording."""
+"""GoodMem's rules for names and labels; each failure is a 400 in GoodMem's wording (the wire names)."""
 
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import BadRequest
 
-__all__ = [
-    "apply_labels",
-    "check_labels",
-    "check_name",
-    "check_uuid",
-]
+__all__ = ["MAX_LABELS", "LabelChange", "check_labels", "check_name"]
 
 _LABEL_KEY = re.compile(r"^[a-z0-9._-]+$")
 MAX_LABELS = 20
-
-
-def check_uuid(value: Any, field: str) -> str:
-    """A canonical UUID string, or 400 'Invalid UUID format'."""
-    if not isinstance(value, str):
-        raise BadRequest(f"Invalid {field}: expected a UUID string")
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise BadRequest(f"Invalid UUID format for {field}: {value!r}") from None
 
 
 def check_name(value: Any, field: str = "name") -> str:
@@ -59,15 +44,26 @@ def check_labels(labels: Any, field: str = "labels", *, strict_keys: bool = Fals
     return out
 
 
-def apply_labels(
-    current: Mapping[str, str], replace: Any, merge: Any, *, strict_keys: bool = False
-) -> dict[str, str]:
-    """``replaceLabels`` (an empty map clears) xor ``mergeLabels`` (upsert)."""
-    if replace is not None and merge is not None:
-        raise BadRequest("replaceLabels and mergeLabels are mutually exclusive")
-    if replace is not None:
-        return check_labels(replace, "replaceLabels", strict_keys=strict_keys)
-    if merge is not None:
-        merged = {**current, **check_labels(merge, "mergeLabels", strict_keys=strict_keys)}
-        return check_labels(merged, "labels", strict_keys=strict_keys)
-    return dict(current)
+@dataclass(frozen=True)
+class LabelChange:
+    """An update's ``replaceLabels`` (an empty map clears) xor ``mergeLabels`` (upsert); neither: keep."""
+
+    replace: dict[str, str] | None = None
+    merge: dict[str, str] | None = None
+
+    @classmethod
+    def parse(cls, replace: Any, merge: Any, *, strict_keys: bool = False) -> LabelChange:
+        if replace is not None and merge is not None:
+            raise BadRequest("replaceLabels and mergeLabels are mutually exclusive")
+        if replace is not None:
+            return cls(replace=check_labels(replace, "replaceLabels", strict_keys=strict_keys))
+        if merge is not None:
+            return cls(merge=check_labels(merge, "mergeLabels", strict_keys=strict_keys))
+        return cls()
+
+    def apply(self, current: Mapping[str, str], *, strict_keys: bool = False) -> dict[str, str]:
+        if self.replace is not None:
+            return dict(self.replace)
+        if self.merge is not None:
+            return check_labels({**current, **self.merge}, "labels", strict_keys=strict_keys)
+        return dict(current)

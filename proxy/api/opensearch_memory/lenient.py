@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from proxy.errors import BadRequest
+
+T = TypeVar("T")
 
 __all__ = [
     "as_bool",
@@ -22,6 +24,7 @@ __all__ = [
     "as_str",
     "as_str_list",
     "coerce_string_map",
+    "optional",
     "scalar_string_map",
     "token_error",
     "token_name",
@@ -136,3 +139,8 @@ def scalar_string_map(value: Any) -> dict[str, str]:
             raise token_error("VALUE_STRING", v)
         out[str(key)] = "null" if v is None else as_str(v)
     return out
+
+
+def optional(body: Mapping[str, Any], key: str, parse: Callable[[Any], T]) -> T | None:
+    """``parse(body[key])``, or ``None`` when the key is absent or null (ml-commons skips nulls)."""
+    return parse(body[key]) if body.get(key) is not None else None

@@ -1,0 +1,252 @@
+"""The GoodMem JSON of every resource memproxy answers with; each carries the fields both client generations
+require (Gen A ``goodmem-client``, Gen B ``goodmem``), in camelCase."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from proxy import __version__
+from proxy.core.goodmem.apikeys import ApiKey
+from proxy.core.goodmem.embedders import Embedder
+from proxy.core.goodmem.grants import Grant
+from proxy.core.goodmem.ids import NIL_UUID, now_ms
+from proxy.core.goodmem.records import MemoryRecord
+from proxy.core.goodmem.spaces import Space
+from proxy.core.goodmem.system import Initialized, Instance
+from proxy.core.goodmem.users import User
+
+__all__ = [
+    "api_key_json",
+    "chunk_json",
+    "embedder_json",
+    "grant_json",
+    "init_json",
+    "instance_json",
+    "memory_json",
+    "space_json",
+    "system_info",
+    "user_json",
+]
+
+
+def system_info() -> dict[str, Any]:
+    """SystemInfoResponse: memproxy's version in GoodMem's shape."""
+    parts = [int(p) if p.isdigit() else 0 for p in [*__version__.split("+")[0].split("."), "0", "0"][:3]]
+    return {
+        "version": __version__,
+        "major": parts[0],
+        "minor": parts[1],
+        "patch": parts[2],
+        "dirty": False,
+        "capabilities": {"server": "memproxy", "store": "opensearch", "embedders": "local"},
+    }
+
+
+def init_json(result: Initialized) -> dict[str, Any]:
+    if result.root_api_key is None:
+        return {"alreadyInitialized": True, "message": "System already initialized"}
+    return {
+        "alreadyInitialized": False,
+        "message": "System initialized successfully",
+        "rootApiKey": result.root_api_key,
+        "userId": result.user_id,
+    }
+
+
+def instance_json(instance: Instance) -> dict[str, Any]:
+    """Gen B GoodMemInstance: the instance id (= its root user's id) and its owner (root)."""
+    root, created = instance.root_user_id, instance.created_at
+    return {
+        "instanceId": root,
+        "ownerId": root,
+        "createdAt": created,
+        "updatedAt": created,
+        "createdById": root,
+        "updatedById": root,
+    }
+
+
+def user_json(user: User) -> dict[str, Any]:
+    """UserResponse; ``displayName`` is always present because Gen A requires it."""
+    out: dict[str, Any] = {
+        "userId": user.user_id,
+        "email": user.email,
+        "displayName": user.display_name,
+        "labels": dict(user.labels),
+        "createdAt": user.created_at,
+        "updatedAt": user.updated_at,
+        "createdById": user.created_by_id,
+        "updatedById": user.updated_by_id,
+    }
+    if user.username:
+        out["username"] = user.username
+    if user.deleted_at:
+        out["deletedAt"] = user.deleted_at
+        out["deletedById"] = user.deleted_by_id
+    return out
+
+
+def api_key_json(key: ApiKey, now: int | None = None) -> dict[str, Any]:
+    """ApiKeyResponse: Gen A's ``userId`` and Gen B's principals, authority and lifecycle."""
+    state = key.lifecycle(now_ms() if now is None else now)
+    out: dict[str, Any] = {
+        "apiKeyId": key.api_key_id,
+        "userId": key.user_id,
+        "subjectPrincipalId": key.user_id,
+        "ownerPrincipalId": key.owner_id,
+        "authorityMode": "INHERIT_SUBJECT",
+        "ceiling": [],
+        "ceilingOmitted": False,
+        "keyPrefix": key.key_prefix,
+        "status": "ACTIVE" if state == "USABLE" else "INACTIVE",
+        "lifecycleState": state,
+        "labels": dict(key.labels),
+        "validFrom": int(key.valid_from or key.created_at),
+        "createdAt": key.created_at,
+        "updatedAt": key.updated_at,
+        "createdById": key.created_by_id,
+        "updatedById": key.updated_by_id,
+    }
+    for name, value in (
+        ("expiresAt", key.expires_at),
+        ("lastUsedAt", key.last_used_at),
+        ("revokedAt", key.revoked_at),
+        ("revokedById", key.revoked_by_id),
+    ):
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def grant_json(grant: Grant) -> dict[str, Any]:
+    audience: dict[str, Any] = (
+        {"allAuthenticated": True} if grant.all_authenticated else {"principalId": grant.principal_id}
+    )
+    rule: dict[str, Any] = {"operation": grant.operation, "selector": grant.selector}
+    if grant.resource_id:
+        rule["assignedResource"] = {"kind": grant.resource_kind, "resourceId": grant.resource_id}
+    out: dict[str, Any] = {
+        "grantId": grant.grant_id,
+        "audience": audience,
+        "rule": rule,
+        "createdAt": grant.created_at,
+        "createdById": grant.created_by_id,
+    }
+    if grant.revoked_at:
+        out["revokedAt"] = grant.revoked_at
+        out["revokedById"] = grant.revoked_by_id
+    return out
+
+
+def space_json(space: Space) -> dict[str, Any]:
+    """The GoodMem Space (union of both generations: ``publicRead`` for Gen A)."""
+    return {
+        "spaceId": space.space_id,
+        "name": space.name,
+        "labels": dict(space.labels),
+        "spaceEmbedders": [
+            {
+                "spaceId": e.space_id,
+                "embedderId": e.embedder_id,
+                "defaultRetrievalWeight": e.default_retrieval_weight,
+                "createdAt": e.created_at,
+                "updatedAt": e.updated_at,
+                "createdById": e.created_by_id,
+                "updatedById": e.updated_by_id,
+            }
+            for e in space.embedders
+        ],
+        "createdAt": space.created_at,
+        "updatedAt": space.updated_at,
+        "ownerId": space.owner_id,
+        "createdById": space.created_by_id,
+        "updatedById": space.updated_by_id,
+        "publicRead": space.public_read,
+        "defaultChunkingConfig": space.chunking.to_json(),
+    }
+
+
+def embedder_json(embedder: Embedder) -> dict[str, Any]:
+    """EmbedderResponse with both generations' required fields."""
+    out: dict[str, Any] = {
+        "embedderId": embedder.embedder_id,
+        "displayName": embedder.display_name,
+        "providerType": embedder.provider_type,
+        "endpointUrl": embedder.endpoint_url,
+        "apiPath": embedder.api_path,
+        "modelIdentifier": embedder.model_identifier,
+        "dimensionality": embedder.dimensionality,
+        "distributionType": embedder.distribution_type,
+        "supportedModalities": ["TEXT"],
+        "labels": dict(embedder.labels),
+        "ownerId": embedder.owner_id,
+        "createdAt": embedder.created_at,
+        "updatedAt": embedder.updated_at,
+        "createdById": embedder.owner_id,
+        "updatedById": embedder.updated_by_id,
+    }
+    if embedder.max_sequence_length is not None:
+        out["maxSequenceLength"] = embedder.max_sequence_length
+    out["description"] = embedder.description
+    if embedder.version is not None:
+        out["version"] = embedder.version
+    if embedder.monitoring_endpoint is not None:
+        out["monitoringEndpoint"] = embedder.monitoring_endpoint
+    return out
+
+
+def memory_json(record: MemoryRecord, include_content: bool) -> dict[str, Any]:
+    """The GoodMem Memory object with every field either client generation requires.
+
+    ``originalContent`` (base64) only when ``include_content``. Page images are not extracted, so
+    ``pageImageStatus`` is COMPLETED with a count of 0 (a terminal state no client waits on).
+    """
+    out: dict[str, Any] = {
+        "memoryId": record.memory_id,
+        "spaceId": record.space_id,
+        "contentType": record.content_type,
+        "processingStatus": record.processing_status,
+        "pageImageStatus": "COMPLETED",
+        "pageImageCount": 0,
+        "createdAt": record.created_at,
+        "updatedAt": record.updated_at,
+        "createdById": record.created_by_id,
+        "updatedById": record.updated_by_id,
+    }
+    if record.content_length is not None:
+        out["originalContentLength"] = record.content_length
+    if record.content_sha256 is not None:
+        out["originalContentSha256"] = record.content_sha256
+    if record.content_ref is not None:
+        out["originalContentRef"] = record.content_ref
+    if include_content and record.content_b64 is not None:
+        out["originalContent"] = record.content_b64
+    out["metadata"] = dict(record.metadata) if record.metadata is not None else {}
+    if record.chunking_config is not None:
+        out["chunkingConfig"] = record.chunking_config
+    return out
+
+
+def chunk_json(doc_id: str, source: Mapping[str, Any], *, actor_id: str | None = None) -> dict[str, Any]:
+    """MemoryChunkResponse for one long-term document (a chunk, or an OpenSearch-API memory as one chunk)."""
+    text = str(source.get("memory") or "")
+    memory_id = str(source.get("memory_id") or doc_id)
+    created = int(source.get("created_time") or 0)
+    actor = str(source.get("owner_id") or actor_id or NIL_UUID)
+    out: dict[str, Any] = {
+        "chunkId": doc_id,
+        "memoryId": memory_id,
+        "chunkSequenceNumber": int(source.get("chunk_sequence") or 0),
+        "chunkText": text,
+        "vectorStatus": "COMPLETED",
+        "startOffset": int(source["start_offset"]) if source.get("start_offset") is not None else 0,
+        "endOffset": int(source["end_offset"]) if source.get("end_offset") is not None else len(text),
+        "createdAt": created,
+        "updatedAt": int(source.get("last_updated_time") or created),
+        "createdById": actor,
+        "updatedById": actor,
+    }
+    if isinstance(source.get("metadata"), Mapping):
+        out["metadata"] = dict(source["metadata"])
+    return out

@@ -1,0 +1,32 @@
+"""GoodMem retrieve, split by job: the request (:mod:`.request`), the plan (:mod:`.plan`: every check, the
+query embedding and every search, before the first byte) and the ranking (:mod:`.rank`: cosines fused within a
+space, merged across spaces). The events and their streaming are the GoodMem slice's
+(``proxy.api.goodmem.retrieve_events``); memory records load through :meth:`Retriever.load` as they stream.
+
+Scores: ``relevanceScore`` is the cosine similarity, ``2 * os_score - 1`` (Lucene's cosinesimil score is
+``(1 + cos) / 2``); higher is better and items stream best first. Live GoodMem servers send pgvector's
+negative inner product instead (more negative = better); see docs/goodmem-retrieve.md.
+"""
+
+from proxy.core.goodmem.retrieve.plan import RetrievalPlan, Retriever, SpaceFailed, SpaceSkipped
+from proxy.core.goodmem.retrieve.rank import RankedChunk
+from proxy.core.goodmem.retrieve.request import (
+    ChatConfig,
+    EmbedderWeight,
+    HnswOptions,
+    RetrieveRequest,
+    SpaceKey,
+)
+
+__all__ = [
+    "ChatConfig",
+    "EmbedderWeight",
+    "HnswOptions",
+    "RankedChunk",
+    "RetrievalPlan",
+    "RetrieveRequest",
+    "Retriever",
+    "SpaceFailed",
+    "SpaceKey",
+    "SpaceSkipped",
+]

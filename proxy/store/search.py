@@ -1,0 +1,128 @@
+"""The searches the store runs: k-NN and lexical legs over a long-term index with a filter tree, and a
+caller's own ``_search`` body the way ml-commons runs it.
+
+Bodies come from :mod:`proxy.store.query_dsl`; answers are the node's own (ml-commons relays them) or typed
+:class:`proxy.store.query.Hit`\\ s. A missing index raises :class:`proxy.store.client.IndexMissing`, as every
+read of the store does; :func:`empty_search_response` is the answer a search of it would have given.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.store.client import Store
+from proxy.store.memories import search
+from proxy.store.query import Filter, Hit
+from proxy.store.query_dsl import (
+    add_filter,
+    apply_ml_search_options,
+    bm25_search_body,
+    compile_filter,
+    container_term,
+    replace_neural,
+    vector_search_body,
+)
+
+__all__ = ["empty_search_response", "hits", "lexical_search", "ml_search", "vector_search"]
+
+_EMPTY_SEARCH_RESPONSE: dict[str, Any] = {
+    "took": 0,
+    "timed_out": False,
+    "_shards": {"total": 0, "successful": 0, "skipped": 0, "failed": 0},
+    "hits": {"total": {"value": 0, "relation": "eq"}, "max_score": None, "hits": []},
+}
+
+
+def empty_search_response() -> dict[str, Any]:
+    """The node's answer to a search that matched nothing, for an index that does not exist yet."""
+    return copy.deepcopy(_EMPTY_SEARCH_RESPONSE)
+
+
+def hits(response: Mapping[str, Any]) -> list[Hit]:
+    """The hits of a search answer, typed."""
+    return [
+        Hit(
+            id=h["_id"],
+            index=h["_index"],
+            score=h.get("_score"),
+            source=h.get("_source", {}),
+            sort=h.get("sort"),
+        )
+        for h in response["hits"]["hits"]
+    ]
+
+
+async def vector_search(
+    store: Store,
+    index: str,
+    *,
+    field: str,
+    vector: Sequence[float],
+    k: int,
+    selection: Filter,
+    min_score: float | None = None,
+    ef_search: int | None = None,
+    source_includes: Sequence[str] = (),
+    source_excludes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One knn request on ``field`` with all of ``selection`` inside the knn clause, ``size`` = k; the node's
+    answer (see :func:`proxy.store.query_dsl.vector_search_body`)."""
+    body = vector_search_body(
+        field=field,
+        vector=vector,
+        k=k,
+        filter_dsl=compile_filter(selection),
+        min_score=min_score,
+        ef_search=ef_search,
+        source_includes=source_includes,
+        source_excludes=source_excludes,
+    )
+    return await search(store, index, body)
+
+
+async def lexical_search(
+    store: Store,
+    index: str,
+    *,
+    text_field: str,
+    text: str,
+    size: int,
+    selection: Filter,
+    source_includes: Sequence[str] = (),
+    source_excludes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """BM25 ``match`` of ``text`` on ``text_field`` under ``selection``, top ``size``; the node's answer."""
+    body = bm25_search_body(
+        text_field=text_field,
+        text=text,
+        size=size,
+        filter_dsl=compile_filter(selection),
+        source_includes=source_includes,
+        source_excludes=source_excludes,
+    )
+    return await search(store, index, body)
+
+
+async def ml_search(
+    store: Store,
+    index: str,
+    body: Mapping[str, Any],
+    *,
+    container_id: str | None = None,
+    neural_vectors: Sequence[Sequence[float]] = (),
+) -> dict[str, Any]:
+    """A caller's ``_search`` body run the way ml-commons runs it; the node's answer.
+
+    ``container_id`` scopes the query to one container (ml-commons' ``bool`` filter, see
+    :func:`proxy.store.query_dsl.add_filter`), ``neural_vectors`` turn its ``neural`` clauses into ``knn``
+    (one vector per clause, in :func:`proxy.store.query_dsl.neural_clauses` order), and ml-commons' forced
+    options (versions, ``_source``) apply.
+    """
+    request = dict(body)
+    if container_id is not None:
+        request["query"] = add_filter(request.get("query"), container_term(container_id))
+    if neural_vectors:
+        request["query"] = replace_neural(request["query"], neural_vectors)
+    return await search(store, index, apply_ml_search_options(request))
