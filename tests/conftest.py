@@ -23,6 +23,10 @@ end-to-end test cannot bring about on demand or observe from outside:
 
 Elsewhere only time and threads are controlled, never the code under test: a fake clock for the cache's
 own tests (``test_cache.py``), a gate holding the embedding compute thread (``test_embedding.py``).
+
+Every test that needs a node (it uses ``opensearch_url``, ``reference_url`` or ``memproxy_url``, directly
+or through another fixture) is marked ``node`` at collection: ``pytest -m "not node"`` runs the rest, which
+need no node at all.
 """
 
 from __future__ import annotations
@@ -45,6 +49,16 @@ from tests.postgres import find_bindir as find_pg_bindir
 REPO = Path(__file__).resolve().parent.parent
 
 pytest_plugins = ["tests.opensearch_memory_fixtures"]
+
+# memproxy_url reaches the session proxy (and so the node) through request.getfixturevalue.
+NODE_FIXTURES = frozenset({"opensearch_url", "reference_url", "memproxy_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        # fixturenames holds every fixture the test needs, however indirectly.
+        if NODE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.node)
 
 
 def _docker_answers() -> bool:
