@@ -111,10 +111,14 @@ def opensearch_url() -> Iterator[str]:
 
 
 class ProxyProcess:
-    """The real memproxy, started as ``python -m proxy`` on a free port."""
+    """The real memproxy, started as ``python -m proxy`` on a free port (``source``: another checkout's)."""
 
     def __init__(
-        self, opensearch_url: str, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        opensearch_url: str,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        source: Path = REPO,
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -124,7 +128,12 @@ class ProxyProcess:
         cmd += extra_args or []
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            # ``python -m proxy`` imports the package of its working directory: ``source`` picks the code.
+            cmd,
+            cwd=source,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
         try:
             _wait_http(self.url + "/_memproxy/health", timeout=180)

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.goodmem.auth import Principal
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.retrieve import (

@@ -17,7 +17,7 @@ from proxy.core.configuration import (
     validate_backend_roles,
     validate_index_prefix,
 )
-from proxy.core.containers import Container, parse_memory_type
+from proxy.core.container_record import Container, parse_memory_type
 from proxy.core.search import _fuse, min_max_normalize
 from proxy.errors import BadRequest, Forbidden, MemproxyError, NotFound
 from proxy.store.query import (

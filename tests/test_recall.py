@@ -20,7 +20,7 @@ import pytest
 from opensearchpy import OpenSearch, helpers
 
 from proxy.config import Settings
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.query import VectorSearch
 from proxy.core.search import semantic_search
 from proxy.core.services import Services

@@ -29,15 +29,11 @@ from proxy.store.query import Filter, MatchAll, RawDsl, Term
 from proxy.store.search import empty_search_response
 
 __all__ = [
-    "MEMORY_TYPES",
-    "Container",
-    "ContainerNotFound",
     "ContainerPage",
     "create_container",
     "delete_container",
     "get_container",
     "list_containers",
-    "parse_memory_type",
     "search_containers",
     "update_container",
 ]

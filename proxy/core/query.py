@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from proxy.store.query import Filter, MatchAll
 
 if TYPE_CHECKING:
-    from proxy.core.containers import Container
+    from proxy.core.container_record import Container
 
 __all__ = ["DEFAULT_VECTOR_FIELD", "VectorSearch"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import Conflict
@@ -18,6 +19,8 @@ from proxy.filters import render_metadata_mapping
 from proxy.store.client import OpenSearchError, Store, url
 from proxy.store.containers import CONTAINER_INDEX
 from proxy.store.memories import bulk
+from proxy.store.query import Exists, Filter, Not, Or, Term, all_of
+from proxy.store.query_dsl import compile_filter
 from proxy.store.templates import render_index_body
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "SYSTEM",
     "USERS",
     "GoodMemIndices",
+    "SpaceOrder",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,28 @@ def _body(index: str) -> dict[str, Any]:
     # Memory records carry the same filterable ``metadata_index`` as chunks, so list filters match retrieve's.
     mapping = render_metadata_mapping() if index == MEMORIES else None
     return render_index_body(_TEMPLATES[index], metadata_mapping=mapping)
+
+
+def _query(where: Filter) -> dict[str, Any]:
+    return compile_filter(where) or {"match_all": {}}
+
+
+@dataclass(frozen=True)
+class SpaceOrder:
+    """The order of a space's memories: by ``field`` (a field both kinds of memory share), then by
+    ``created_time`` the same way, then by ``memory_id``."""
+
+    field: str
+    descending: bool = True
+
+    def spec(self) -> list[dict[str, Any]]:
+        direction = "desc" if self.descending else "asc"
+        unmapped = "keyword" if "time" not in self.field else "date"
+        return [
+            {self.field: {"order": direction, "unmapped_type": unmapped}},
+            {"created_time": {"order": direction, "unmapped_type": "date"}},
+            {"memory_id": {"order": "asc", "unmapped_type": "keyword"}},
+        ]
 
 
 def _hits(res: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -162,37 +188,99 @@ class GoodMemIndices:
 
     # --- queries --------------------------------------------------------------------------------------
 
-    async def search(self, index: str, body: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The hits of one search."""
+    async def search(
+        self,
+        index: str,
+        where: Filter,
+        *,
+        size: int,
+        start: int = 0,
+        sort: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The hits of one search: ``size`` documents from ``start`` matching ``where``, ascending by each
+        of ``sort`` in turn, with only ``fields`` of their sources when given."""
         await self.ensure(index)
-        return _hits(await self.store.request("POST", url(index, "_search"), body=dict(body)))
+        body: dict[str, Any] = {"size": size, "query": _query(where)}
+        if start:
+            body["from"] = start
+        if sort:
+            body["sort"] = [{name: "asc"} for name in sort]
+        if fields is not None:
+            body["_source"] = list(fields)
+        return _hits(await self.store.request("POST", url(index, "_search"), body=body))
 
-    async def count(self, index: str, query: Mapping[str, Any]) -> int:
+    async def count(self, index: str, where: Filter) -> int:
         await self.ensure(index)
-        res = await self.store.request("POST", url(index, "_count"), body={"query": dict(query)})
+        res = await self.store.request("POST", url(index, "_count"), body={"query": _query(where)})
         return int(res.get("count", 0))
 
-    async def delete_by_query(self, index: str, query: Mapping[str, Any]) -> int:
+    async def delete_by_query(self, index: str, where: Filter) -> int:
         """Delete every matching document (refreshed, conflicts skipped); the number deleted."""
         await self.ensure(index)
         res = await self.store.request(
             "POST",
             url(index, "_delete_by_query"),
-            body={"query": dict(query)},
+            body={"query": _query(where)},
             params={"refresh": "true", "conflicts": "proceed"},
         )
         return int(res.get("deleted", 0))
 
-    async def search_with_long_term(
-        self, long_term_index: str | None, body: Mapping[str, Any]
+    async def space_memories(
+        self,
+        space_id: str,
+        long_term_index: str | None,
+        *,
+        status: str | None = None,
+        metadata: Filter | None = None,
+        size: int,
+        start: int = 0,
+        order: SpaceOrder | None = None,
+        include_content: bool = False,
+        ids_only: bool = False,
     ) -> list[dict[str, Any]]:
-        """One search over the memory records and a space's long-term index (hits carry ``_index``)."""
+        """The memories of one space, in one search: its memory records and the documents of its long-term
+        index that have no record (written through the OpenSearch API; always COMPLETED, as they are
+        embedded when written), filtered by ``status`` and ``metadata``, sorted by ``order`` (hits carry
+        ``_index``). Without vectors or ``metadata_index``, and without the content unless
+        ``include_content``; ``ids_only`` keeps just the fields that identify a memory."""
         await self.ensure(MEMORIES)
-        indices = MEMORIES + (f",{long_term_index}" if long_term_index else "")
+        records = all_of(
+            [
+                Term("_index", MEMORIES),
+                Term("space_id", space_id),
+                Term("processing_status", status) if status else None,
+                metadata,
+            ]
+        )
+        branches = [records]
+        if long_term_index is not None and status in (None, "COMPLETED"):
+            long_term = all_of(
+                [
+                    Term("_index", long_term_index),
+                    Term("memory_container_id", space_id),
+                    metadata,
+                    Not(Exists("memory_id")),
+                ]
+            )
+            branches.append(long_term)
+        body: dict[str, Any] = {"size": size, "query": _query(Or(tuple(branches)))}
+        if start:
+            body["from"] = start
+        if order is not None:
+            body["sort"] = order.spec()
+        if ids_only:
+            body["_source"] = ["memory_id", "space_id", "memory_container_id", "created_time"]
+        else:
+            excludes = ["memory_embedding*", "metadata_index"]
+            if not include_content:
+                excludes.append("original_content_b64")
+            body["_source"] = {"excludes": excludes}
+        indices = [MEMORIES, long_term_index] if long_term_index else [MEMORIES]
         res = await self.store.request(
             "POST",
-            f"/{indices}/_search",
-            body=dict(body),
+            url(",".join(indices), "_search"),
+            body=body,
             params={"ignore_unavailable": "true", "expand_wildcards": "all"},
         )
         return _hits(res)
@@ -214,7 +302,7 @@ class GoodMemIndices:
         }
         try:
             res = await self.store.request(
-                "POST", f"/{LONG_TERM_PATTERN}/_search", body=body, params=_WILDCARD_PARAMS
+                "POST", url(LONG_TERM_PATTERN, "_search"), body=body, params=_WILDCARD_PARAMS
             )
         except OpenSearchError:
             return {}

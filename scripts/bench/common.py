@@ -418,11 +418,12 @@ def synthetic_texts(n: int, seed: int) -> list[str]:
 # --------------------------------------------------------------------------------------------- memproxy
 
 
-def start_proxy(opensearch_url: str, extra_args: Sequence[str] = ()) -> Any:
-    """The real memproxy as a subprocess on a free port (``tests.conftest.ProxyProcess``); ``.stop()`` it."""
-    from tests.conftest import ProxyProcess
+def start_proxy(opensearch_url: str, extra_args: Sequence[str] = (), source: str | None = None) -> Any:
+    """The real memproxy as a subprocess on a free port (``tests.conftest.ProxyProcess``); ``.stop()`` it.
+    ``source``: the checkout whose code it runs (another commit, for a before/after comparison)."""
+    from tests.conftest import REPO, ProxyProcess
 
-    return ProxyProcess(opensearch_url, list(extra_args))
+    return ProxyProcess(opensearch_url, list(extra_args), source=Path(source) if source else REPO)
 
 
 async def goodmem_key(proxy_url: str, opensearch_url: str) -> str:

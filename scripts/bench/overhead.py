@@ -63,6 +63,10 @@ FIELD = "memory_embedding"
 EXCLUDES = [FIELD, "metadata_index"]  # what memproxy's semantic search leaves out of _source
 
 
+# With --compare-tree: the two API calls once more, through a proxy running that checkout's code.
+BEFORE_VARIANTS = ("opensearch_api_before", "goodmem_api_before")
+
+
 @dataclass
 class World:
     proxy: Proxy
@@ -73,6 +77,8 @@ class World:
     queries: list[str]
     vectors: list[list[float]]  # the queries' embeddings, for knn_only
     k: int
+    before: Proxy | None = None  # the --compare-tree proxy
+    variants: tuple[str, ...] = VARIANTS
 
     def knn_body(self, vector: list[float]) -> dict[str, Any]:
         return vector_search_body(
@@ -92,18 +98,18 @@ def make_call(world: World, variant: str, qi: int) -> Call:
     text, k = world.queries[qi], world.k
     lt = f"/_plugins/_ml/memory_containers/{world.container_id}/memories/long-term"
 
-    async def opensearch_api() -> int:
-        answer = await world.proxy.json("POST", lt + "/_semantic_search", {"query": text, "k": k})
+    async def opensearch_api(proxy: Proxy = world.proxy) -> int:
+        answer = await proxy.json("POST", lt + "/_semantic_search", {"query": text, "k": k})
         return len(answer["hits"]["hits"])
 
-    async def goodmem_api() -> int:
+    async def goodmem_api(proxy: Proxy = world.proxy) -> int:
         body = {
             "message": text,
             "spaceKeys": [{"spaceId": world.container_id}],
             "requestedSize": k,
             "fetchMemory": False,
         }
-        events = await world.proxy.ndjson("/v1/memories:retrieve", body)
+        events = await proxy.ndjson("/v1/memories:retrieve", body)
         return sum(1 for e in events if "retrievedItem" in e)
 
     async def embed_only() -> int:
@@ -137,6 +143,10 @@ def make_call(world: World, variant: str, qi: int) -> Call:
         "container_get": container_get,
         "container_get_via_proxy": container_get_via_proxy,
     }
+    if world.before is not None:
+        before = world.before
+        calls["opensearch_api_before"] = lambda: opensearch_api(before)
+        calls["goodmem_api_before"] = lambda: goodmem_api(before)
     return calls[variant]
 
 
@@ -152,11 +162,12 @@ async def measure(world: World, args: argparse.Namespace) -> dict[int, dict[str,
     out: dict[int, dict[str, Series]] = {}
     per_round = max(1, args.requests // args.rounds)
     for concurrency in args.concurrency:
-        series = {v: Series() for v in VARIANTS}
-        bar = tqdm(total=args.rounds * len(VARIANTS), desc=f"concurrency {concurrency}")
+        variants = world.variants
+        series = {v: Series() for v in variants}
+        bar = tqdm(total=args.rounds * len(variants), desc=f"concurrency {concurrency}")
         for r in range(args.rounds):
             offset = r * per_round
-            order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for variant in order:
                 calls = [
                     make_call(world, variant, (offset + j) % len(world.queries)) for j in range(per_round)
@@ -173,7 +184,7 @@ async def measure(world: World, args: argparse.Namespace) -> dict[int, dict[str,
 
 
 async def warm_up(world: World, n: int) -> None:
-    for variant in tqdm(VARIANTS, desc="warm-up"):
+    for variant in tqdm(world.variants, desc="warm-up"):
         await run_concurrent([make_call(world, variant, i % len(world.queries)) for i in range(n)], 4)
 
 
@@ -186,6 +197,23 @@ async def fill(world: World, memories: int, batch: int) -> None:
             for i, t in enumerate(texts[start : start + batch], start)
         ]
         await world.proxy.json("POST", path, {"memories": items})
+
+
+def _ratio(concurrency: int, label: str, s: Series, base: Series, target: bool = False) -> dict[str, Any]:
+    """``s`` against ``base``; ``target``: the overhead goal (p50 within 5 % and under 1 ms of ``base``)."""
+    lat, ref = latency_summary(s.latencies), latency_summary(base.latencies)
+    row: dict[str, Any] = {
+        "concurrency": concurrency,
+        "api": label,
+        "p50 ratio": lat["p50_ms"] / ref["p50_ms"],
+        "p99 ratio": lat["p99_ms"] / ref["p99_ms"],
+        "p50 delta ms": lat["p50_ms"] - ref["p50_ms"],
+        "p99 delta ms": lat["p99_ms"] - ref["p99_ms"],
+        "throughput ratio": (len(s.latencies) / s.wall_s) / (len(base.latencies) / base.wall_s),
+    }
+    if target:
+        row["target met"] = lat["p50_ms"] <= 1.05 * ref["p50_ms"] and lat["p50_ms"] - ref["p50_ms"] < 1.0
+    return row
 
 
 def report(results: dict[int, dict[str, Series]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -206,31 +234,21 @@ def report(results: dict[int, dict[str, Series]]) -> tuple[list[dict[str, Any]],
                     "short answers": s.short_answers,
                 }
             )
-        base = latency_summary(series["baseline"].latencies)
-        base_rps = len(series["baseline"].latencies) / series["baseline"].wall_s
         for api in ("opensearch_api", "goodmem_api"):
-            lat = latency_summary(series[api].latencies)
-            rps = len(series[api].latencies) / series[api].wall_s
-            ratios.append(
-                {
-                    "concurrency": concurrency,
-                    "api": api,
-                    "p50 ratio": lat["p50_ms"] / base["p50_ms"],
-                    "p99 ratio": lat["p99_ms"] / base["p99_ms"],
-                    "p50 delta ms": lat["p50_ms"] - base["p50_ms"],
-                    "p99 delta ms": lat["p99_ms"] - base["p99_ms"],
-                    "throughput ratio": rps / base_rps,
-                    "target met": lat["p50_ms"] <= 1.05 * base["p50_ms"]
-                    and lat["p50_ms"] - base["p50_ms"] < 1.0,
-                }
-            )
+            ratios.append(_ratio(concurrency, api, series[api], series["baseline"], target=True))
+            if f"{api}_before" in series:  # this checkout's code ÷ the --compare-tree code, same run
+                ratios.append(
+                    _ratio(concurrency, f"{api} now / before", series[api], series[f"{api}_before"])
+                )
     return rows, ratios
 
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"memproxy-bench-overhead-{uuid.uuid4().hex[:8]}"
     proxy_process = start_proxy(args.url, embed_args(args))
+    before_process = start_proxy(args.url, embed_args(args), args.compare_tree) if args.compare_tree else None
     proxy, embedders = Proxy(proxy_process.url), None
+    before = Proxy(before_process.url) if before_process else None
     try:
         async with Node(args.url) as node:
             embedders = await start_embedders(embed_settings(args))
@@ -247,7 +265,11 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                     synthetic_texts(args.queries, seed=23),
                     [],
                     args.k,
+                    before,
+                    VARIANTS + (BEFORE_VARIANTS if before else ()),
                 )
+                if before is not None:
+                    before.goodmem_headers = proxy.goodmem_headers
                 await fill(world, args.memories, args.batch)
                 world.vectors = [[float(x) for x in v] for v in await world.embedder.embed(world.queries)]
                 await warm_up(world, args.warm_up)
@@ -258,6 +280,9 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
             opensearch = await node.version()
     finally:
         await proxy.close()
+        if before is not None:
+            await before.close()
+            before_process.stop()
         if embedders is not None:
             await embedders.close()
         proxy_process.stop()
@@ -291,6 +316,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=10)
     add_embed_options(p)
     p.add_argument("--tag", default="", help="suffix of the results file name (overhead<tag>.json)")
+    p.add_argument(
+        "--compare-tree",
+        default="",
+        help="a checkout of another commit (git worktree add DIR COMMIT): its proxy answers the two API "
+        "variants too, in the same rounds, and the report adds now ÷ before ratios",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 300 memories, 30 requests")
     args = p.parse_args(argv)
     if args.quick:

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from proxy.api.opensearch_memory.lenient import token_error
 from proxy.app_keys import SERVICES
-from proxy.core.containers import Container, get_container
+from proxy.core.container_record import Container
+from proxy.core.containers import get_container
 from proxy.core.services import Services
 from proxy.errors import BadRequest, MemproxyError
 from proxy.store.client import NodeBadRequest, OpenSearchError

@@ -14,7 +14,7 @@ from proxy.api.opensearch_memory.common import (
     services,
 )
 from proxy.api.opensearch_memory.lenient import as_float, as_int, as_object, as_str, scalar_string_map
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.query import VectorSearch
 from proxy.core.search import MAX_K, SearchResult, hybrid_search_result, vector_search
 from proxy.errors import BadRequest

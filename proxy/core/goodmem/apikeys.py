@@ -17,6 +17,7 @@ from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
 from proxy.store.goodmem import APIKEYS, USERS
+from proxy.store.query import Filter, Or, Term, all_of
 
 __all__ = [
     "LIFECYCLE_STATES",
@@ -169,7 +170,7 @@ async def create_api_key(gm: GoodMem, principal: Principal, req: NewApiKey) -> I
 
 async def _find(gm: GoodMem, api_key_id: str) -> tuple[str, dict[str, Any]] | None:
     """(document id, source) of the key with this public id."""
-    hits = await gm.docs.search(APIKEYS, {"size": 1, "query": {"term": {"api_key_id": api_key_id}}})
+    hits = await gm.docs.search(APIKEYS, Term("api_key_id", api_key_id), size=1)
     return (hits[0]["_id"], hits[0]["_source"]) if hits else None
 
 
@@ -203,19 +204,16 @@ async def list_api_keys(
     """The caller's keys (admins may name another subject/owner), in stable id order, paginated."""
     if lifecycle_state is not None and lifecycle_state not in LIFECYCLE_STATES:
         raise BadRequest(f"lifecycleState must be one of {', '.join(LIFECYCLE_STATES)}")
-    filters: list[dict[str, Any]] = []
+    filters: list[Filter] = []
     for name, value in (("user_id", subject_id), ("owner_id", owner_id)):
         if value is not None:
             value = check_uuid(value, name)
             if value != principal.user_id and not principal.is_admin:
                 raise Forbidden("Permission denied: only an administrator may list another principal's keys")
-            filters.append({"term": {name: value}})
+            filters.append(Term(name, value))
     if not filters:
-        mine = [{"term": {"user_id": principal.user_id}}, {"term": {"owner_id": principal.user_id}}]
-        filters.append({"bool": {"should": mine}})
-    hits = await gm.docs.search(
-        APIKEYS, {"size": 10_000, "query": {"bool": {"filter": filters}}, "sort": [{"api_key_id": "asc"}]}
-    )
+        filters.append(Or((Term("user_id", principal.user_id), Term("owner_id", principal.user_id))))
+    hits = await gm.docs.search(APIKEYS, all_of(filters), size=10_000, sort=("api_key_id",))
     now = now_ms()
     keys = [ApiKey.from_source(h["_source"]) for h in hits]
     if lifecycle_state is not None:

@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import now_ms
 from proxy.errors import Forbidden, Unauthenticated
 from proxy.store.goodmem import APIKEYS, GRANTS, USERS
+from proxy.store.query import And, Exists, Not, Or, Term, Terms
 
 __all__ = [
     "ADMIN_ROLES",
@@ -165,37 +166,17 @@ async def authorize_space(gm: GoodMem, principal: Principal, container: Containe
 
 
 async def _has_grant(gm: GoodMem, principal: Principal, space_id: str, ops: list[str]) -> bool:
-    query = {
-        "bool": {
-            "filter": [
-                {"terms": {"operation": ops}},
-                {
-                    "bool": {
-                        "should": [
-                            {"term": {"principal_id": principal.user_id}},
-                            {"term": {"all_authenticated": True}},
-                        ],
-                        "minimum_should_match": 1,
-                    }
-                },
-                {
-                    "bool": {
-                        "should": [
-                            {"term": {"selector": "ANY"}},
-                            {
-                                "bool": {
-                                    "filter": [
-                                        {"term": {"resource_kind": "SPACE"}},
-                                        {"term": {"resource_id": space_id}},
-                                    ]
-                                }
-                            },
-                        ],
-                        "minimum_should_match": 1,
-                    }
-                },
-            ],
-            "must_not": [{"exists": {"field": "revoked_at"}}],
-        }
-    }
-    return await gm.docs.count(GRANTS, query) > 0
+    where = And(
+        (
+            Terms("operation", tuple(ops)),
+            Or((Term("principal_id", principal.user_id), Term("all_authenticated", True))),
+            Or(
+                (
+                    Term("selector", "ANY"),
+                    And((Term("resource_kind", "SPACE"), Term("resource_id", space_id))),
+                )
+            ),
+            Not(Exists("revoked_at")),
+        )
+    )
+    return await gm.docs.count(GRANTS, where) > 0

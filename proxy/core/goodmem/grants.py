@@ -18,6 +18,7 @@ from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.spaces import get_space
 from proxy.errors import BadRequest, Forbidden, NotFound
 from proxy.store.goodmem import GRANTS
+from proxy.store.query import Exists, Filter, Not, Term, all_of
 
 __all__ = [
     "GRANTABLE",
@@ -140,19 +141,19 @@ async def list_grants(
 ) -> Page[Grant]:
     if resource_kind not in ("SPACE", "INSTANCE"):
         raise BadRequest("resourceKind must be SPACE or INSTANCE")
-    filters: list[dict[str, Any]] = []
+    filters: list[Filter] = []
     if resource_kind == "SPACE":
         if resource_id is None:
             raise BadRequest("resourceId is required for resourceKind SPACE")
         space_id = check_uuid(resource_id, "resourceId")
         await authorize_space(gm, principal, await get_space(gm, space_id), "MANAGE_ACCESS")
-        filters.append({"term": {"resource_id": space_id}})
+        filters.append(Term("resource_id", space_id))
     else:
         require_admin(principal, "listing instance grants")
-        filters.append({"term": {"selector": "ANY"}})
-    query: dict[str, Any] = {"bool": {"filter": filters}}
+        filters.append(Term("selector", "ANY"))
     if not include_revoked:
-        query["bool"]["must_not"] = [{"exists": {"field": "revoked_at"}}]
+        filters.append(Not(Exists("revoked_at")))
     window = Window.of(max_results, next_token, default=50, high=1000)
-    hits = await gm.docs.search(GRANTS, {**window.probe(), "query": query, "sort": [{"grant_id": "asc"}]})
+    start, size = window.probe()
+    hits = await gm.docs.search(GRANTS, all_of(filters), start=start, size=size, sort=("grant_id",))
     return window.page([Grant.from_source(h["_source"]) for h in hits])

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.goodmem.auth import Principal, authorize_space
 from proxy.core.goodmem.chunking import chunk_text
 from proxy.core.goodmem.content import NewMemory
@@ -306,7 +306,7 @@ async def delete_records(gm: GoodMem, container: Container, records: Sequence[Me
         if foreign:
             await delete_long_term(gm.svc, container, ids=foreign)
     if own:
-        await gm.docs.delete_by_query(MEMORIES, {"terms": {"memory_id": own}})
+        await gm.docs.delete_by_query(MEMORIES, Terms("memory_id", tuple(own)))
     return len(records)
 
 

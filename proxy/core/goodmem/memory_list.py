@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.containers import Container
 from proxy.core.goodmem.auth import Principal, can_access_space
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.memories import ItemResult, delete_memory, delete_records
@@ -21,7 +20,8 @@ from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.spaces import read_space
 from proxy.errors import BadRequest, MemproxyError
-from proxy.store.goodmem import MEMORIES
+from proxy.store.goodmem import MEMORIES, SpaceOrder
+from proxy.store.query import Filter, RawDsl
 
 __all__ = [
     "SORT_FIELDS",
@@ -76,36 +76,15 @@ class DeleteItem:
     error: MemproxyError | None = None
 
 
-def _query(
-    container: Container, status: str | None, metadata_clause: dict[str, Any] | None
-) -> dict[str, Any]:
-    records: list[dict[str, Any]] = [
-        {"term": {"_index": MEMORIES}},
-        {"term": {"space_id": container.id}},
-    ]
-    if status:
-        records.append({"term": {"processing_status": status}})
-    if metadata_clause:
-        records.append(metadata_clause)
-    branches: list[dict[str, Any]] = [{"bool": {"filter": records}}]
-    lt_index = container.index_name("long-term")
-    # OpenSearch-API memories are always COMPLETED (they are embedded when written).
-    if lt_index is not None and status in (None, "COMPLETED"):
-        lt: list[dict[str, Any]] = [
-            {"term": {"_index": lt_index}},
-            {"term": {"memory_container_id": container.id}},
-        ]
-        if metadata_clause:
-            lt.append(metadata_clause)
-        branches.append({"bool": {"filter": lt, "must_not": [{"exists": {"field": "memory_id"}}]}})
-    return {"bool": {"should": branches, "minimum_should_match": 1}}
+def _clause(expr: Any) -> Filter | None:
+    """The metadata filter, compiled here so that a filter that cannot be compiled fails before any
+    permission check answers."""
+    clause = compile_metadata_filter(expr) if expr is not None else None
+    return RawDsl(clause) if clause else None
 
 
-def _clause(expr: Any) -> dict[str, Any] | None:
-    return compile_metadata_filter(expr) if expr is not None else None
-
-
-def _records(hits: list[dict[str, Any]], root: str | None) -> list[MemoryRecord]:
+async def _records(gm: GoodMem, hits: list[dict[str, Any]]) -> list[MemoryRecord]:
+    root = await gm.instance.root_user_id()
     out = []
     for h in hits:
         src = h["_source"]
@@ -114,11 +93,6 @@ def _records(hits: list[dict[str, Any]], root: str | None) -> list[MemoryRecord]
         else:
             out.append(record_from_long_term(h["_id"], src, owner_id=root))
     return out
-
-
-async def _search(gm: GoodMem, container: Container, body: dict[str, Any]) -> list[MemoryRecord]:
-    hits = await gm.docs.search_with_long_term(container.index_name("long-term"), body)
-    return _records(hits, await gm.instance.root_user_id())
 
 
 async def list_memories(
@@ -134,33 +108,31 @@ async def list_memories(
         raise BadRequest(
             f"Paging is limited to the first {_MAX_WINDOW} memories; narrow the list with a filter"
         )
-    direction = "desc" if query.descending else "asc"
-    field = query.sort_field
-    sort = [
-        {field: {"order": direction, "unmapped_type": "keyword" if "time" not in field else "date"}},
-        {"created_time": {"order": direction, "unmapped_type": "date"}},
-        {"memory_id": {"order": "asc", "unmapped_type": "keyword"}},
-    ]
-    excludes = ["memory_embedding*", "metadata_index"]
-    if not query.include_content:
-        excludes.append("original_content_b64")
-    body = {
-        **window.probe(),
-        "query": _query(container, query.status, clause),
-        "sort": sort,
-        "_source": {"excludes": excludes},
-    }
-    return window.page(await _search(gm, container, body))
+    start, size = window.probe()
+    hits = await gm.docs.space_memories(
+        container.id,
+        container.index_name("long-term"),
+        status=query.status,
+        metadata=clause,
+        start=start,
+        size=size,
+        order=SpaceOrder(query.sort_field, query.descending),
+        include_content=query.include_content,
+    )
+    return window.page(await _records(gm, hits))
 
 
 async def _delete_selected(gm: GoodMem, principal: Principal, selector: MemorySelector) -> int:
     container = await read_space(gm, principal, selector.space_id, "DELETE_MEMORY")
-    body = {
-        "size": _MAX_WINDOW,
-        "query": _query(container, selector.status, _clause(selector.filter)),
-        "_source": ["memory_id", "space_id", "memory_container_id", "created_time"],
-    }
-    return await delete_records(gm, container, await _search(gm, container, body))
+    hits = await gm.docs.space_memories(
+        container.id,
+        container.index_name("long-term"),
+        status=selector.status,
+        metadata=_clause(selector.filter),
+        size=_MAX_WINDOW,
+        ids_only=True,
+    )
+    return await delete_records(gm, container, await _records(gm, hits))
 
 
 async def batch_delete_memories(

@@ -73,9 +73,9 @@ class Window:
     def end(self) -> int:
         return self.start + self.size
 
-    def probe(self) -> dict[str, int]:
-        """``from``/``size`` of a search for one hit more than the page (which tells whether more exist)."""
-        return {"from": self.start, "size": self.size + 1}
+    def probe(self) -> tuple[int, int]:
+        """(start, size) of a search for one hit more than the page (which tells whether more exist)."""
+        return self.start, self.size + 1
 
     def page(self, probed: list[T]) -> Page[T]:
         """The page from a :meth:`probe` search's hits."""

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.container_record import Container
 from proxy.core.containers import (
-    Container,
     create_container,
     delete_container,
     get_container,
@@ -32,6 +32,7 @@ from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
 from proxy.store.goodmem import GRANTS, USERS
+from proxy.store.query import And, Exists, Not, Or, Term
 
 __all__ = [
     "SORT_KEYS",
@@ -231,7 +232,7 @@ async def show_space(gm: GoodMem, principal: Principal, space_id: str) -> Space:
 
 async def _name_taken(gm: GoodMem, name: str, owner: str, *, exclude: str | None = None) -> bool:
     root = await gm.instance.root_user_id()
-    page = await list_containers(gm.svc, query={"term": {"name.keyword": name}}, size=_LIST_BATCH)
+    page = await list_containers(gm.svc, query=Term("name.keyword", name), size=_LIST_BATCH)
     return any(c.name == name and c.id != exclude and _owner(c, root) == owner for c in page.containers)
 
 
@@ -289,20 +290,9 @@ async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Spac
 
 async def _visible_space_ids(gm: GoodMem, principal: Principal) -> tuple[set[str], bool]:
     """Spaces granted to the caller (any operation), and whether an ANY grant covers every space."""
-    audience = [{"term": {"principal_id": principal.user_id}}, {"term": {"all_authenticated": True}}]
+    audience = Or((Term("principal_id", principal.user_id), Term("all_authenticated", True)))
     hits = await gm.docs.search(
-        GRANTS,
-        {
-            "size": 10_000,
-            "_source": ["resource_id", "selector"],
-            "query": {
-                "bool": {
-                    "should": audience,
-                    "minimum_should_match": 1,
-                    "must_not": [{"exists": {"field": "revoked_at"}}],
-                }
-            },
-        },
+        GRANTS, And((audience, Not(Exists("revoked_at")))), size=10_000, fields=("resource_id", "selector")
     )
     ids: set[str] = set()
     any_space = False

@@ -17,6 +17,7 @@ from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
 from proxy.store.goodmem import APIKEYS, USERS
+from proxy.store.query import Exists, Filter, Not, Term, all_of
 
 __all__ = [
     "NewUser",
@@ -31,7 +32,7 @@ __all__ = [
     "update_user",
 ]
 
-_NOT_DELETED = {"exists": {"field": "deleted_at"}}
+_NOT_DELETED = Not(Exists("deleted_at"))
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,8 @@ def new_user_doc(
 
 
 async def _unique(gm: GoodMem, field: str, value: str, *, exclude: str | None = None) -> None:
-    must_not: list[dict[str, Any]] = [_NOT_DELETED]
-    if exclude:
-        must_not.append({"term": {"user_id": exclude}})
-    if await gm.docs.count(USERS, {"bool": {"filter": [{"term": {field: value}}], "must_not": must_not}}):
+    other = Not(Term("user_id", exclude)) if exclude else None
+    if await gm.docs.count(USERS, all_of([Term(field, value), _NOT_DELETED, other])):
         raise Conflict(f"A user with this {field.replace('_lower', '')} already exists")
 
 
@@ -164,9 +163,7 @@ async def get_user_by(gm: GoodMem, principal: Principal, field: str, value: str)
     """Lookup by ``email`` (case-insensitive) or ``username``."""
     key = {"email": "email_lower", "username": "username"}[field]
     term = value.lower() if field == "email" else value
-    hits = await gm.docs.search(
-        USERS, {"size": 1, "query": {"bool": {"filter": [{"term": {key: term}}], "must_not": [_NOT_DELETED]}}}
-    )
+    hits = await gm.docs.search(USERS, all_of([Term(key, term), _NOT_DELETED]), size=1)
     if not hits:
         raise NotFound("User not found")
     doc: dict[str, Any] = hits[0]["_source"]
@@ -178,13 +175,12 @@ async def list_users(
     gm: GoodMem, principal: Principal, *, max_results: int | None, next_token: str | None
 ) -> Page[User]:
     """Admins see every active user; anyone else sees only themselves."""
-    query: dict[str, Any] = {"bool": {"must_not": [_NOT_DELETED]}}
+    where: Filter = _NOT_DELETED
     if not principal.is_admin:
-        query["bool"]["filter"] = [{"term": {"user_id": principal.user_id}}]
+        where = all_of([_NOT_DELETED, Term("user_id", principal.user_id)])
     window = Window.of(max_results, next_token, default=50, high=1000)
-    hits = await gm.docs.search(
-        USERS, {**window.probe(), "query": query, "sort": [{"created_at": "asc"}, {"user_id": "asc"}]}
-    )
+    start, size = window.probe()
+    hits = await gm.docs.search(USERS, where, start=start, size=size, sort=("created_at", "user_id"))
     return window.page([User.from_source(h["_source"]) for h in hits])
 
 
@@ -217,5 +213,5 @@ async def delete_user(gm: GoodMem, principal: Principal, user_id: str) -> None:
         deleted_at=now, deleted_by_id=principal.user_id, updated_at=now, updated_by_id=principal.user_id
     )
     await gm.docs.put(USERS, doc["user_id"], doc)
-    await gm.docs.delete_by_query(APIKEYS, {"term": {"user_id": doc["user_id"]}})
+    await gm.docs.delete_by_query(APIKEYS, Term("user_id", doc["user_id"]))
     gm.caches.access_changed()

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.containers import Container
+from proxy.core.container_record import Container
 from proxy.core.goodmem.auth import Principal, authorize_space
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.embedders import canonical_embedder_id, embed_text
