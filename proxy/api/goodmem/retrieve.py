@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from multidict import MultiMapping
 
+from proxy.api import body as body_reader
 from proxy.api.goodmem.retrieve_body import parse_post_body
 from proxy.api.goodmem.retrieve_events import StreamFailure, grpc_code, retrieval_events, status_event
 from proxy.api.goodmem.retrieve_wire import parse_get_query
@@ -136,15 +136,13 @@ async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | Non
 
 
 async def _read_json(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        raise BadRequest("The request body must be a JSON object")
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"Invalid JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except UnicodeDecodeError:
-        raise BadRequest("Invalid JSON body: not UTF-8") from None
+        body = await body_reader.read_json(request)
+    except body_reader.MalformedJson as exc:
+        raise BadRequest(f"Invalid JSON body: {exc.detail}") from None
+    if body is None:
+        raise BadRequest("The request body must be a JSON object")
+    return body
 
 
 Parser = Callable[[web.Request], Awaitable[RetrieveRequest]]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Self
 from aiohttp import web
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from proxy.api import body as body_reader
 from proxy.api.goodmem.coerce import query_bool, query_int
 from proxy.core.goodmem.ids import check_uuid
 from proxy.core.goodmem.paging import Page
@@ -47,15 +48,14 @@ def _snake(name: str) -> str:
 
 async def json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
     """The request's JSON object; an empty body is ``{}`` unless ``required``."""
-    raw = await request.read()
-    if not raw.strip():
+    try:
+        body = await body_reader.read_json(request)
+    except body_reader.MalformedJson as exc:
+        raise BadRequest(f"Malformed JSON body: {exc.detail}") from None
+    if body is None:
         if required:
             raise BadRequest("A JSON request body is required")
         return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"Malformed JSON body: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object")
     return body

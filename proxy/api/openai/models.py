@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from proxy.api.body import MalformedJson, decode_json
 from proxy.errors import BadRequest
 
 __all__ = ["MAX_INPUTS", "EmbeddingsRequest", "parse_embeddings_request"]
@@ -56,8 +56,8 @@ def _is_tokens(item: Any) -> bool:
 def parse_embeddings_request(raw: bytes) -> EmbeddingsRequest:
     """The request, or a 400 whose ``param`` names the offending field."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        body = decode_json(raw)
+    except MalformedJson:
         raise BadRequest("We could not parse the JSON body of your request.") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")

@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.api import body as body_reader
 from proxy.api.opensearch_memory.lenient import token_error
 from proxy.app_keys import SERVICES
 from proxy.core.container_record import Container
@@ -48,16 +49,14 @@ def services(request: web.Request) -> Services:
 
 async def read_json(request: web.Request) -> Any:
     """The JSON body (or the ``source`` query parameter, as OpenSearch allows); ``None`` when empty."""
-    raw = await request.read()
-    if not raw.strip():
-        source = request.query.get("source")
-        if not source:
-            return None
-        raw = source.encode()
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"Failed to parse request body: {exc}", os_type="json_parse_exception") from None
+        body = await body_reader.read_json(request)
+        source = request.query.get("source")
+        return body_reader.decode_json(source.encode()) if body is None and source else body
+    except body_reader.MalformedJson as exc:
+        raise BadRequest(
+            f"Failed to parse request body: {exc.detail}", os_type="json_parse_exception"
+        ) from None
 
 
 async def object_body(
