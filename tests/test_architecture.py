@@ -10,7 +10,7 @@ named together in one layer do not import each other:
     proxy.store                             every URL, every DSL body, node errors → typed errors
     proxy.config
     proxy.embedding | proxy.filters         stand alone
-    proxy.errors
+    proxy.errors, proxy.ids                 the exception tree; the UUID check
 
 Besides: ``proxy.core.goodmem`` serves the GoodMem slice alone, and no module imports itself in a circle
 (imports under ``if TYPE_CHECKING:`` count for the layers, not for circles: they never run).
@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("proxy.store",),
     ("proxy.config",),
     ("proxy.embedding", "proxy.filters"),
-    ("proxy.errors",),
+    ("proxy.errors", "proxy.ids"),
 ]
 # Shared modules of the api layer that every slice may use (error middleware, pass-through, health).
 API_COMMON = "proxy.api"

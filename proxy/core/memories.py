@@ -333,10 +333,9 @@ async def _neural_vectors(svc: Services, container: Container, query: Any) -> li
         if model is None:
             raise BadRequest("model_id must be provided for neural query")
         try:
-            embedder = svc.embedders.get(model)
+            vectors.append(await svc.embed_text(model, clause.query_text))
         except NotFound:
             raise BadRequest(f"Embedding model with ID {model} not found") from None
-        vectors.append([float(x) for x in (await embedder.embed([clause.query_text]))[0]])
     return vectors
 
 

@@ -20,3 +20,7 @@ class Services:
     store: Store
     embedders: EmbedderRegistry
     caches: Caches = field(default_factory=lambda: Caches.with_ttl(DEFAULT_CACHE_TTL_S))
+
+    async def embed_text(self, embedder_id: str, text: str) -> list[float]:
+        """``text`` embedded by one embedder, as plain floats (unknown id: ``NotFound``; full queue: 429)."""
+        return [float(x) for x in await self.embedders.get(embedder_id).embed_one(text)]

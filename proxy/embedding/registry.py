@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +23,7 @@ from proxy.embedding.config import (
 )
 from proxy.embedding.errors import EmbedderClosed, UnknownEmbedder
 from proxy.embedding.model import LoadedModel, dtype_name, load_model
+from proxy.ids import is_uuid
 
 __all__ = ["EmbedderRegistry", "default_model_path", "default_spec"]
 
@@ -70,7 +70,7 @@ class EmbedderRegistry:
             if _key(spec.id) in self._aliases:
                 raise ValueError(f"embedder id [{spec.id}] is configured twice")
             self._aliases[_key(spec.id)] = spec.id
-            if not _is_uuid(spec.id):
+            if not is_uuid(spec.id):
                 log.warning("embedder id [%s] is not a UUID; GoodMem clients expect UUID ids", spec.id)
         for spec in self._specs:
             if spec.name and _key(spec.name) not in self._aliases:
@@ -176,14 +176,6 @@ class EmbedderRegistry:
     @property
     def default(self) -> Embedder:
         return self.get(self.default_id)
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _info(spec: EmbedderSpec, model: LoadedModel) -> EmbedderInfo:

@@ -13,7 +13,7 @@ from typing import Any
 from multidict import MultiMapping
 
 from proxy.api.goodmem.coerce import json_bool, json_int, json_number, query_bool, query_int
-from proxy.core.goodmem.ids import check_id, is_uuid
+from proxy.core.goodmem.ids import check_id
 from proxy.core.goodmem.retrieve.request import (
     DEFAULT_REQUESTED_SIZE,
     MAX_MESSAGE_CHARS,
@@ -23,6 +23,7 @@ from proxy.core.goodmem.retrieve.request import (
     SpaceKey,
 )
 from proxy.errors import BadRequest
+from proxy.ids import is_uuid
 
 __all__ = [
     "check_fetch_content",

@@ -94,11 +94,7 @@ async def embed_text(gm: GoodMem, embedder_ids: Iterable[str], text: str) -> dic
     """``text`` embedded once by each distinct embedder, concurrently, by id (a full queue: 429)."""
     ids = list(dict.fromkeys(embedder_ids))
 
-    async def one(embedder_id: str) -> list[float]:
-        vectors = await gm.embedders.get(embedder_id).embed([text])
-        return [float(x) for x in vectors[0]]
-
-    vectors = await gather([one(e) for e in ids])
+    vectors = await gather([gm.svc.embed_text(e, text) for e in ids])
     return dict(zip(ids, vectors, strict=True))
 
 

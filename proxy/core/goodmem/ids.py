@@ -18,8 +18,9 @@ import uuid
 from typing import Any
 
 from proxy.errors import BadRequest
+from proxy.ids import is_uuid
 
-__all__ = ["NIL_UUID", "check_id", "check_space_id", "check_uuid", "is_uuid", "new_id", "now_ms"]
+__all__ = ["NIL_UUID", "check_id", "check_space_id", "check_uuid", "new_id", "now_ms"]
 
 # The owner of what has none (before system init).
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -39,16 +40,6 @@ def new_id() -> str:
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
     return str(uuid.UUID(int=value))
-
-
-def is_uuid(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def check_uuid(value: Any, field: str) -> str:
