@@ -23,4 +23,5 @@ class Services:
 
     async def embed_text(self, embedder_id: str, text: str) -> list[float]:
         """``text`` embedded by one embedder, as plain floats (unknown id: ``NotFound``; full queue: 429)."""
-        return [float(x) for x in await self.embedders.get(embedder_id).embed_one(text)]
+        (vector,) = await self.embedders.get(embedder_id).embed([text])
+        return [float(x) for x in vector]
