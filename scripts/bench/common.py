@@ -115,6 +115,11 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     return "\n".join([line, rule, *body])
 
 
+def results_name(benchmark: str, tag: str, quick: bool) -> str:
+    """The results file's name: ``<benchmark><tag>``, ``<benchmark>-quick`` for a smoke run without a tag."""
+    return benchmark + (tag or ("-quick" if quick else ""))
+
+
 def write_results(name: str, data: Mapping[str, Any]) -> Path:
     """``results/<name>.json`` (latest) and ``results/<name>-<UTC time>.json``; returns the latest path."""
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ from scripts.bench.common import (
     machine_info,
     normalized,
     recall,
+    results_name,
     run_concurrent,
     start_proxy,
     synthetic_texts,
@@ -727,7 +728,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     data = asyncio.run(setup_and_run(args))
-    print(f"wrote {write_results('mlcommons' + (args.tag or ('-quick' if args.quick else '')), data)}")
+    print(f"wrote {write_results(results_name('mlcommons', args.tag, args.quick), data)}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from scripts.bench.common import (
     goodmem_key,
     latency_summary,
     machine_info,
+    results_name,
     run_concurrent,
     start_embedders,
     start_proxy,
@@ -332,7 +333,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     data = asyncio.run(setup_and_run(args))
-    print(f"wrote {write_results('overhead' + (args.tag or ('-quick' if args.quick else '')), data)}")
+    print(f"wrote {write_results(results_name('overhead', args.tag, args.quick), data)}")
 
 
 if __name__ == "__main__":

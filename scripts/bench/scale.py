@@ -42,6 +42,7 @@ from scripts.bench.common import (
     make_vectors,
     normalized,
     recall,
+    results_name,
     vector_json,
     write_results,
 )
@@ -490,7 +491,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     data = asyncio.run(run(args))
-    path = write_results(f"scale{args.tag or ('-quick' if args.quick else '')}", data)
+    path = write_results(results_name("scale", args.tag, args.quick), data)
     print(f"wrote {path}")
 
 
