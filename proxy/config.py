@@ -44,6 +44,21 @@ class Settings:
     # uvloop (libuv, in C) makes each HTTP exchange cheaper than asyncio's pure-Python loop; "asyncio" is
     # there for debugging and for platforms without uvloop.
     event_loop: str = "uvloop"
+    # Security (docs/security.md). "apikey": every route but health and GoodMem's system init/info needs a
+    # credential; "none": the ml-commons routes and pass-through behave like OpenSearch without the security
+    # plugin (anyone may do anything; logged loudly at start-up). GoodMem routes always need their keys.
+    auth: str = "apikey"
+    # Input bounds: a request body, JSON nesting, the text of one memory, the chunks one memory may make.
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_json_depth: int = 64
+    max_memory_chars: int = 1_000_000
+    max_chunks_per_memory: int = 1000
+    # One caller may hold at most this share of the embedding queue (the rest stays free for others).
+    embed_caller_share: float = 0.5
+    # User-supplied Query DSL may not carry scripts unless the operator allows them.
+    allow_scripts: bool = False
+    # Every search memproxy sends carries this timeout, and the node cancels it after that long.
+    search_timeout_s: float = 30.0
 
     def engine_options(self) -> EngineOptions:
         """The embedding engine's options (the proxy's, and the benchmarks' in-process baseline's)."""
@@ -99,6 +114,23 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ),
     ("log-level", "MEMPROXY_LOG_LEVEL", str, "DEBUG | INFO | WARNING | ERROR"),
     ("event-loop", "MEMPROXY_EVENT_LOOP", str, "uvloop | asyncio"),
+    ("auth", "MEMPROXY_AUTH", str, "apikey | none (none: no authentication on ml-commons and pass-through)"),
+    ("max-body-bytes", "MEMPROXY_MAX_BODY_BYTES", int, "largest request body memproxy reads"),
+    ("max-json-depth", "MEMPROXY_MAX_JSON_DEPTH", int, "deepest JSON nesting accepted"),
+    ("max-memory-chars", "MEMPROXY_MAX_MEMORY_CHARS", int, "longest text of one memory, in characters"),
+    ("max-chunks-per-memory", "MEMPROXY_MAX_CHUNKS_PER_MEMORY", int, "most chunks one memory may make"),
+    (
+        "embed-caller-share",
+        "MEMPROXY_EMBED_CALLER_SHARE",
+        float,
+        "largest share of the queue one caller holds",
+    ),
+    (
+        "search-timeout-s",
+        "MEMPROXY_SEARCH_TIMEOUT_S",
+        float,
+        "timeout of every search, cancelled on the node",
+    ),
 ]
 
 
@@ -130,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="register a local sentence-transformers model directory under ID; repeatable "
         "(env MEMPROXY_EMBEDDERS, comma separated)",
     )
+    parser.add_argument(
+        "--allow-scripts",
+        type=_bool,
+        default=None,
+        help="let user-supplied Query DSL carry scripts (env MEMPROXY_ALLOW_SCRIPTS, default false)",
+    )
     return parser
 
 
@@ -152,6 +190,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         values["opensearch_verify_certs"] = args.opensearch_verify_certs
     elif env.get("OPENSEARCH_VERIFY_CERTS"):
         values["opensearch_verify_certs"] = _bool(env["OPENSEARCH_VERIFY_CERTS"])
+    if args.allow_scripts is not None:
+        values["allow_scripts"] = args.allow_scripts
+    elif env.get("MEMPROXY_ALLOW_SCRIPTS"):
+        values["allow_scripts"] = _bool(env["MEMPROXY_ALLOW_SCRIPTS"])
     embedders = args.embedder or [e for e in env.get("MEMPROXY_EMBEDDERS", "").split(",") if e.strip()]
     for entry in embedders:
         if "=" not in entry:
@@ -161,6 +203,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --cache-ttl-s must be 0 or more")
     if values.get("event_loop", "uvloop") not in ("uvloop", "asyncio"):
         raise SystemExit("memproxy: --event-loop must be uvloop or asyncio")
+    if values.get("auth", "apikey") not in ("apikey", "none"):
+        raise SystemExit("memproxy: --auth must be apikey or none")
+    if not 0 < values.get("embed_caller_share", 0.5) <= 1:
+        raise SystemExit("memproxy: --embed-caller-share must be in (0, 1]")
     if "opensearch_url" in values:
         values["opensearch_url"] = values["opensearch_url"].rstrip("/")
     return Settings(**values)
