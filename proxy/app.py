@@ -14,10 +14,12 @@ from aiohttp import web
 
 from proxy.api import goodmem, health, openai, opensearch_memory
 from proxy.api.errors import error_middleware
+from proxy.api.identity import identity_middleware, log_auth_mode
 from proxy.api.passthrough import passthrough
-from proxy.app_keys import EMBEDDERS, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import EMBEDDERS, IDENTITY, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
 from proxy.core.cache import Caches
+from proxy.core.identity import Identity
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.store.client import Store
@@ -25,9 +27,6 @@ from proxy.store.client import Store
 __all__ = ["make_app"]
 
 log = logging.getLogger(__name__)
-
-# Bulk writes of memories can be large; pass-through bodies stream and are not bound by this.
-MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -60,13 +59,26 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
 
 
+async def _identity_ctx(app: web.Application) -> AsyncIterator[None]:
+    identity = Identity.create(app[STORE], app[SERVICES].caches)
+    app[IDENTITY] = identity
+    log_auth_mode(app[SETTINGS].auth)
+    yield
+    await identity.close()  # cancels its background work (lastUsedAt refreshes)
+
+
 def make_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    # The error middleware is outermost, so the identity middleware's refusals are rendered in each API's
+    # shape; identity runs before every handler, the pass-through catch-all included.
+    app = web.Application(
+        middlewares=[error_middleware, identity_middleware], client_max_size=settings.max_body_bytes
+    )
     app[SETTINGS] = settings
     app[STARTED_AT] = time.monotonic()
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_embedders_ctx)
     app.cleanup_ctx.append(_services_ctx)
+    app.cleanup_ctx.append(_identity_ctx)
     app.add_routes(health.routes)
     opensearch_memory.mount(app)
     goodmem.setup(app)  # its routes, and its state as a cleanup_ctx after the services

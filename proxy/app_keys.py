@@ -5,11 +5,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.config import Settings
+from proxy.core.identity import Identity, Principal
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry
 from proxy.store.client import Store
 
-__all__ = ["EMBEDDERS", "SERVICES", "SETTINGS", "STARTED_AT", "STORE"]
+__all__ = ["EMBEDDERS", "IDENTITY", "PRINCIPAL", "SERVICES", "SETTINGS", "STARTED_AT", "STORE"]
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
@@ -17,3 +18,8 @@ EMBEDDERS = web.AppKey("embedders", EmbedderRegistry)
 STARTED_AT = web.AppKey("started_at", float)
 # The store and the embedders together, as every core operation takes them (set once both are up).
 SERVICES = web.AppKey("services", Services)
+# Keys, users, grants and the instance record: who callers are, for every API (set after the services).
+IDENTITY = web.AppKey("identity", Identity)
+# The authenticated caller of one request, set by the identity middleware (absent: anonymous, which only
+# public routes and ``--auth none`` allow).
+PRINCIPAL = web.RequestKey("principal", Principal)

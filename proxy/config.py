@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from proxy.embedding.config import EngineOptions
@@ -60,6 +61,22 @@ class Settings:
     # Every search memproxy sends carries this timeout, and the node cancels it after that long.
     search_timeout_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
+        # userinfo would make every pass-through request carry them on an anonymous caller's behalf, and
+        # the URL is shown by health.
+        parts = urlsplit(self.opensearch_url)
+        if parts.username is not None or parts.password is not None:
+            host = parts.hostname or ""
+            netloc = f"[{host}]" if ":" in host else host
+            if parts.port is not None:
+                netloc += f":{parts.port}"
+            clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+            object.__setattr__(self, "opensearch_url", clean.rstrip("/"))
+            if self.opensearch_username is None:
+                object.__setattr__(self, "opensearch_username", unquote(parts.username or ""))
+                object.__setattr__(self, "opensearch_password", unquote(parts.password or ""))
+
     def engine_options(self) -> EngineOptions:
         """The embedding engine's options (the proxy's, and the benchmarks' in-process baseline's)."""
         from proxy.embedding.config import EngineOptions  # the package imports torch: only when asked
@@ -78,11 +95,14 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "opensearch_password" and value:
+            if f.name in _SECRETS and value:
                 value = "***"
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
+
+# Never shown: health prints the settings to anyone who asks.
+_SECRETS = frozenset({"opensearch_username", "opensearch_password", "opensearch_client_key"})
 
 # flag, env var, type, help
 _OPTIONS: list[tuple[str, str, type, str]] = [

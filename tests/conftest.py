@@ -175,3 +175,25 @@ def proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
 @pytest.fixture(scope="session")
 def proxy_url(proxy: ProxyProcess) -> str:
     return proxy.url
+
+
+@pytest.fixture(scope="session")
+def admin_key(proxy_url: str, opensearch_url: str) -> str:
+    """A GoodMem key of the root user: the credential the tests use on every authenticated route."""
+    from tests.goodmem_helpers import root_api_key
+
+    return root_api_key(proxy_url, opensearch_url)
+
+
+@pytest.fixture(scope="session")
+def admin_headers(admin_key: str) -> dict[str, str]:
+    return {"x-api-key": admin_key}
+
+
+@pytest.fixture(scope="session")
+def open_proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
+    """memproxy with ``--auth none``: the ml-commons routes as ml-commons serves them without the security
+    plugin (the configuration the conformance suite compares with the reference node)."""
+    p = ProxyProcess(opensearch_url, extra_args=["--auth", "none"])
+    yield p
+    p.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -16,8 +17,11 @@ def memproxy_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def client(memproxy_url: str) -> Iterator[OpenSearch]:
-    c = make_client(memproxy_url)
+def client(memproxy_url: str, request: pytest.FixtureRequest) -> Iterator[OpenSearch]:
+    """opensearch-py on the proxy under test, as its root user (``MEMPROXY_TEST_KEY`` with
+    ``MEMPROXY_TEST_URL``)."""
+    key = os.environ.get("MEMPROXY_TEST_KEY") if os.environ.get("MEMPROXY_TEST_URL") else None
+    c = make_client(memproxy_url, key or request.getfixturevalue("admin_key"))
     yield c
     c.close()
 

@@ -42,8 +42,10 @@ def proxy_under_test(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("proxy_url"))
 
 
-def make_client(url: str) -> OpenSearch:
-    return OpenSearch(hosts=[url], timeout=120)
+def make_client(url: str, key: str | None = None) -> OpenSearch:
+    """opensearch-py on ``url``; with ``key``, authenticated by it as basic auth's password (how OpenSearch
+    clients present a memproxy API key)."""
+    return OpenSearch(hosts=[url], timeout=120, http_auth=("memproxy", key) if key else None)
 
 
 def new_prefix(label: str) -> str:

@@ -171,16 +171,17 @@ def _stale_only_within_the_ttl(read: Callable[[], int], fresh: int, cached_by: f
     assert all(s < cached_by + OTHER_TTL_S for s in stale_started), (stale_started, cached_by)
 
 
-def _search(url: str, container_id: str) -> httpx.Response:
+def _search(url: str, container_id: str, headers: dict[str, str]) -> httpx.Response:
     return httpx.post(
         f"{url}{MC}/{container_id}/memories/long-term/_semantic_search",
         json={"query": "where does the user live", "k": 5},
+        headers=headers,
         timeout=60,
     )
 
 
 def test_container_delete_is_seen_at_once_here_and_within_the_ttl_elsewhere(
-    proxy_url: str, other_proxy: ProxyProcess
+    proxy_url: str, other_proxy: ProxyProcess, admin_headers: dict[str, str]
 ) -> None:
     created = httpx.post(
         f"{proxy_url}{MC}/_create",
@@ -193,17 +194,24 @@ def test_container_delete_is_seen_at_once_here_and_within_the_ttl_elsewhere(
                 "embedding_dimension": 384,
             },
         },
+        headers=admin_headers,
         timeout=60,
     )
     assert created.status_code == 200, created.text
     cid = created.json()["memory_container_id"]
-    assert _search(proxy_url, cid).status_code == 200  # both processes now hold the container in their caches
-    assert _search(other_proxy.url, cid).status_code == 200
+    assert (
+        _search(proxy_url, cid, admin_headers).status_code == 200
+    )  # both processes now hold the container in their caches
+    assert _search(other_proxy.url, cid, admin_headers).status_code == 200
     cached_by = time.monotonic()
-    deleted = httpx.delete(f"{proxy_url}{MC}/{cid}", params={"delete_all_memories": "true"}, timeout=60)
+    deleted = httpx.delete(
+        f"{proxy_url}{MC}/{cid}", params={"delete_all_memories": "true"}, headers=admin_headers, timeout=60
+    )
     assert deleted.status_code == 200, deleted.text
-    assert _search(proxy_url, cid).status_code == 404  # the deleting process: at once
-    _stale_only_within_the_ttl(lambda: _search(other_proxy.url, cid).status_code, 404, cached_by)
+    assert _search(proxy_url, cid, admin_headers).status_code == 404  # the deleting process: at once
+    _stale_only_within_the_ttl(
+        lambda: _search(other_proxy.url, cid, admin_headers).status_code, 404, cached_by
+    )
 
 
 def test_revoked_key_is_refused_at_once_here_and_within_the_ttl_elsewhere(

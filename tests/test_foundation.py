@@ -78,8 +78,8 @@ def test_health_reports_proxy_and_cluster(proxy_url: str) -> None:
     assert body["settings"]["opensearch_password"] in (None, "***")
 
 
-def test_passthrough_with_opensearch_py(proxy_url: str, index_name: str) -> None:
-    client = OpenSearch(hosts=[proxy_url])
+def test_passthrough_with_opensearch_py(proxy_url: str, index_name: str, admin_key: str) -> None:
+    client = OpenSearch(hosts=[proxy_url], http_auth=("root", admin_key))
     assert client.info()["version"]["number"] == "3.6.0"
     client.indices.create(index=index_name, body={"settings": {"number_of_replicas": 0}})
     try:
@@ -99,17 +99,19 @@ def test_passthrough_with_opensearch_py(proxy_url: str, index_name: str) -> None
     assert client.indices.exists(index=index_name) is False
 
 
-def test_passthrough_cat_plugins_lists_knn(proxy_url: str) -> None:
-    status, headers, raw = _get(proxy_url + "/_cat/plugins?v")
+def test_passthrough_cat_plugins_lists_knn(proxy_url: str, admin_headers: dict[str, str]) -> None:
+    status, headers, raw = _get(proxy_url + "/_cat/plugins?v", admin_headers)
     assert status == 200
     assert "opensearch-knn" in raw.decode()
     assert headers["Content-Type"].startswith("text/plain")
 
 
-def test_passthrough_relays_bytes_exactly(proxy_url: str, opensearch_url: str) -> None:
+def test_passthrough_relays_bytes_exactly(
+    proxy_url: str, opensearch_url: str, admin_headers: dict[str, str]
+) -> None:
     path = "/_cluster/settings?include_defaults=false&pretty"
     direct = _get(opensearch_url + path, {"Accept-Encoding": "gzip"})
-    proxied = _get(proxy_url + path, {"Accept-Encoding": "gzip"})
+    proxied = _get(proxy_url + path, {"Accept-Encoding": "gzip", **admin_headers})
     assert proxied[0] == direct[0] == 200
     assert proxied[2] == direct[2]
     encodings = [
@@ -120,8 +122,8 @@ def test_passthrough_relays_bytes_exactly(proxy_url: str, opensearch_url: str) -
     json.loads(gzip.decompress(proxied[2]))
 
 
-def test_passthrough_keeps_node_errors(proxy_url: str) -> None:
-    status, _, raw = _get(proxy_url + "/no-such-index-memproxy/_search")
+def test_passthrough_keeps_node_errors(proxy_url: str, admin_headers: dict[str, str]) -> None:
+    status, _, raw = _get(proxy_url + "/no-such-index-memproxy/_search", admin_headers)
     body = json.loads(raw)
     assert status == 404
     assert body["error"]["type"] == "index_not_found_exception"
@@ -133,7 +135,8 @@ def test_cluster_down_is_503_in_opensearch_shape() -> None:
         dead, extra_args=["--opensearch-username", "u", "--opensearch-password", "s3cr3t-pw"]
     )
     try:
-        status, _, raw = _get(proxy.url + "/_cat/indices")
+        # Any key: looking it up is the first thing that needs the cluster.
+        status, _, raw = _get(proxy.url + "/_cat/indices", {"x-api-key": "gm_any"})
         body = json.loads(raw)
         assert status == 503
         assert body["status"] == 503

@@ -22,10 +22,13 @@ from aiohttp.test_utils import TestServer
 from proxy.api.errors import error_middleware
 from proxy.api.goodmem import retrieve as handler
 from proxy.api.goodmem.state import GOODMEM, RETRIEVER
-from proxy.core.goodmem.auth import Principal, hash_key
+from proxy.api.identity import identity_middleware
+from proxy.app_keys import IDENTITY, SETTINGS
+from proxy.config import Settings
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.retrieve import RankedChunk, RetrievalPlan, Retriever, RetrieveRequest
+from proxy.core.identity import Principal, hash_key
 from proxy.core.services import Services
 from tests.goodmem_helpers import memory_record
 
@@ -114,7 +117,9 @@ class Server(TestServer):
 
 @pytest.fixture(params=[False, True], ids=["watcher", "aiohttp-cancels"])
 async def base_url(fakes: Fakes, request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    app = web.Application(middlewares=[error_middleware])
+    app = web.Application(middlewares=[error_middleware, identity_middleware])
+    app[SETTINGS] = Settings()
+    app[IDENTITY] = fakes.gm.identity
     app[GOODMEM] = fakes.gm
     app[RETRIEVER] = fakes
     app.add_routes(handler.routes)

@@ -16,7 +16,6 @@ from typing import Any, cast
 import pytest
 
 from proxy.core.container_record import Container
-from proxy.core.goodmem.auth import Principal
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.retrieve import (
     EmbedderWeight,
@@ -28,6 +27,7 @@ from proxy.core.goodmem.retrieve import (
     SpaceKey,
     SpaceSkipped,
 )
+from proxy.core.identity import Principal
 from proxy.core.query import VectorSearch
 from proxy.core.services import Services
 from proxy.embedding import EmbedderOverloaded

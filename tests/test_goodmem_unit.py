@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from proxy.api.goodmem.memory_wire import MemoryCreateBody
 from proxy.api.goodmem.render import api_key_json, chunk_json, memory_json
-from proxy.api.goodmem.state import extract_api_key
+from proxy.api.identity import read_credentials
 from proxy.core.goodmem.apikeys import ApiKey
-from proxy.core.goodmem.auth import Principal
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, chunk_text, parse_chunking
 from proxy.core.goodmem.content import is_text_type
 from proxy.core.goodmem.context import GoodMem
@@ -25,6 +24,7 @@ from proxy.core.goodmem.memories import create_memory
 from proxy.core.goodmem.paging import decode_offset, decode_token, encode_offset, encode_token
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.validation import LabelChange, check_labels
+from proxy.core.identity import Principal
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Overloaded, Unavailable
 
@@ -253,11 +253,16 @@ def test_api_key_json_lifecycle() -> None:
 # --- auth, tokens, validation ---------------------------------------------------------------------
 
 
-def test_extract_api_key() -> None:
-    assert extract_api_key({"X-API-Key": " gm_a "}) == "gm_a"
-    assert extract_api_key({"Authorization": "Bearer gm_b"}) == "gm_b"
-    assert extract_api_key({"Authorization": "Basic abc"}) is None
-    assert extract_api_key({}) is None
+def test_read_credentials() -> None:
+    assert read_credentials({"X-API-Key": " gm_a "}).api_key == "gm_a"
+    assert read_credentials({"Authorization": "Bearer gm_b"}).api_key == "gm_b"
+    basic = read_credentials({"Authorization": "Basic " + base64.b64encode(b"root:gm_c").decode()})
+    assert basic.api_key is None and basic.basic_password == "gm_c"
+    assert not read_credentials({}).present
+    with pytest.raises(BadRequest):
+        read_credentials({"Authorization": "Basic abc"})  # not base64 of user:password
+    with pytest.raises(BadRequest):
+        read_credentials({"x-api-key": "k\udcff"})  # aiohttp's surrogateescape of a non-UTF-8 byte
     assert Principal("u", "k", ("ADMIN",)).is_admin and not Principal("u", "k", ("USER",)).is_admin
 
 
@@ -423,5 +428,5 @@ async def test_background_work_is_cancelled_when_goodmem_closes() -> None:
     await started.wait()
     await asyncio.sleep(0)
     assert len(gm.background) == 1  # the failure was logged and dropped
-    await gm.close()
+    await gm.identity.close()
     assert cancelled.is_set() and len(gm.background) == 0

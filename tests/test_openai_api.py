@@ -33,8 +33,9 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def client(proxy_url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=proxy_url + "/openai/v1", api_key="unused", max_retries=0) as c:
+def client(proxy_url: str, admin_key: str) -> Iterator[openai.OpenAI]:
+    # OpenAI clients send the key as a Bearer token, which memproxy reads as a GoodMem API key.
+    with openai.OpenAI(base_url=proxy_url + "/openai/v1", api_key=admin_key, max_retries=0) as c:
         yield c
 
 
@@ -43,8 +44,20 @@ def oracle() -> np.ndarray:
     return oracle_vectors(TEXTS)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _key(admin_key: str) -> Iterator[None]:
+    """The key ``_raw`` sends (every OpenAI route needs one)."""
+    _KEY.append(admin_key)
+    yield
+    _KEY.clear()
+
+
+_KEY: list[str] = []
+
+
 def _raw(url: str, body: bytes | None, method: str = "POST") -> tuple[int, Any]:
-    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {_KEY[-1]}"}
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status, json.loads(resp.read())

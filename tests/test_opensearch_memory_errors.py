@@ -635,12 +635,12 @@ def test_garbage_bodies_are_4xx(client: OpenSearch, demo: str, body: Any) -> Non
     assert accepted == accepted_as_upstream, f"garbage body {body!r}"
 
 
-def test_invalid_json_is_a_400(client: OpenSearch, memproxy_url: str) -> None:
+def test_invalid_json_is_a_400(client: OpenSearch, memproxy_url: str, admin_headers: dict[str, str]) -> None:
     req = urllib.request.Request(
         f"{memproxy_url}{MC}/_create",
         data=b"{bad",
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **admin_headers},
     )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req)

@@ -70,6 +70,7 @@ async def create_container(
     backend_roles: Sequence[str] | None = None,
     goodmem: Mapping[str, Any] | None = None,
     container_id: str | None = None,
+    owner: Mapping[str, Any] | None = None,
 ) -> Container:
     """Validate, create the memory indices the configuration enables, then store the container document.
 
@@ -92,6 +93,8 @@ async def create_container(
         configuration=cfg,
         backend_roles=roles,
         goodmem=dict(goodmem) if goodmem is not None else None,
+        # ml-commons' ``owner`` (the security plugin's user) of whoever created it; none without auth.
+        extra={"owner": dict(owner)} if owner is not None else {},
     )
     await prepare_long_term(svc, container)
     await store.ensure_container_index(svc.store)
@@ -233,11 +236,14 @@ async def delete_container(
 # --- search / list ---------------------------------------------------------------------------------
 
 
-async def search_containers(svc: Services, body: Mapping[str, Any]) -> dict[str, Any]:
+async def search_containers(
+    svc: Services, body: Mapping[str, Any], *, only_ids: Sequence[str] | None = None
+) -> dict[str, Any]:
     """ml-commons container ``_search`` of the caller's Search DSL body: the node's response (with
-    ``_version``/``_seq_no`` on every hit); an empty one before the first container exists."""
+    ``_version``/``_seq_no`` on every hit); an empty one before the first container exists. ``only_ids``
+    (a caller who may not see every container) narrows it inside the query, so paging stays exact."""
     try:
-        return await store.search_containers(svc.store, body)
+        return await store.search_containers(svc.store, body, only_ids=only_ids)
     except IndexMissing:
         return empty_search_response()
 

@@ -114,14 +114,16 @@ def node_error(status: int, body: Any) -> OpenSearchError:
     return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
 
 
-def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+def _ssl_context(settings: Settings, *, client_cert: bool = True) -> ssl.SSLContext | None:
+    """TLS to the cluster; ``client_cert=False`` for the pass-through session, which acts for callers and so
+    must never present memproxy's own certificate."""
     if not settings.opensearch_url.startswith("https"):
         return None
     ctx = ssl.create_default_context(cafile=settings.opensearch_ca_certs)
     if not settings.opensearch_verify_certs:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    if settings.opensearch_client_cert:
+    if client_cert and settings.opensearch_client_cert:
         ctx.load_cert_chain(settings.opensearch_client_cert, settings.opensearch_client_key)
     return ctx
 
@@ -152,18 +154,20 @@ class Store:
             timeout=settings.opensearch_timeout_s,
             max_retries=0,
         )
-        # Pass-through must relay bytes exactly: the session never decompresses and adds none of the
-        # headers aiohttp would otherwise invent (an Accept-Encoding the client never sent gets gzip back).
-        self.http = aiohttp.ClientSession(
+        # The pass-through session acts for callers: it has no credentials and no client certificate of
+        # memproxy's (a caller's own Authorization header is all it may carry). It must relay bytes exactly:
+        # it never decompresses and adds none of the headers aiohttp would otherwise invent (an
+        # Accept-Encoding the client never sent gets gzip back).
+        self.passthrough_http = aiohttp.ClientSession(
             auto_decompress=False,
             skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-            connector=aiohttp.TCPConnector(limit=256, ssl=_ssl_context(settings) or True),
+            connector=aiohttp.TCPConnector(limit=256, ssl=_ssl_context(settings, client_cert=False) or True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
 
     async def close(self) -> None:
         await self.client.close()
-        await self.http.close()
+        await self.passthrough_http.close()
 
     async def request(
         self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None

@@ -147,6 +147,14 @@ async def list_containers(
     return await search(store, CONTAINER_INDEX, body)
 
 
-async def search_containers(store: Store, body: Mapping[str, Any]) -> dict[str, Any]:
-    """ml-commons' container ``_search`` of a caller's body; ``IndexMissing`` before the first container."""
+async def search_containers(
+    store: Store, body: Mapping[str, Any], *, only_ids: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """ml-commons' container ``_search`` of a caller's body; ``IndexMissing`` before the first container.
+    ``only_ids``: the caller's query is kept as a scoring clause and the ids become a filter beside it."""
+    if only_ids is not None:
+        narrowed = dict(body)
+        query = body.get("query") or {"match_all": {}}
+        narrowed["query"] = {"bool": {"must": [query], "filter": [{"ids": {"values": list(only_ids)}}]}}
+        body = narrowed
     return await ml_search(store, CONTAINER_INDEX, body)

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 from multidict import CIMultiDict
 
-from proxy.errors import Unavailable
-from proxy.store.client import Store
+from proxy.errors import NotFound, Unavailable
+from proxy.store.client import Store, url
 
-__all__ = ["HOP_BY_HOP", "UpstreamResponse", "forward", "strip_hop_by_hop"]
+__all__ = ["HOP_BY_HOP", "UpstreamResponse", "forward", "resolve_indices", "strip_hop_by_hop"]
 
 # RFC 9110 §7.6.1 plus Host, which aiohttp sets for the upstream.
 HOP_BY_HOP = frozenset(
@@ -61,14 +61,34 @@ async def forward(
     method: str,
     raw_path_qs: str,
     headers: Mapping[str, str],
-    body: AsyncIterator[bytes] | None,
+    body: AsyncIterator[bytes] | bytes | None,
 ) -> UpstreamResponse:
     """Send one request upstream; the body streams through without being buffered."""
-    url = store.settings.opensearch_url + raw_path_qs
+    target = store.settings.opensearch_url + raw_path_qs
     try:
-        resp = await store.http.request(
-            method, url, headers=strip_hop_by_hop(headers), data=body, allow_redirects=False
+        resp = await store.passthrough_http.request(
+            method, target, headers=strip_hop_by_hop(headers), data=body, allow_redirects=False
         )
     except (aiohttp.ClientConnectionError, TimeoutError) as exc:
         raise Unavailable(f"OpenSearch at {store.settings.opensearch_url} is unreachable: {exc}") from exc
     return UpstreamResponse(resp)
+
+
+async def resolve_indices(store: Store, expression: str) -> set[str]:
+    """Every concrete index ``expression`` reaches on the cluster (wildcards, aliases, exclusions, date
+    math, hidden indices included), asked with memproxy's own credentials; empty when it names nothing that
+    exists (a missing index is the node's to refuse later)."""
+    try:
+        answer = await store.request(
+            "GET",
+            url("_resolve", "index", expression),
+            params={"expand_wildcards": "all", "ignore_unavailable": "true", "allow_no_indices": "true"},
+        )
+    except NotFound:
+        return set()
+    names = {str(i["name"]) for i in answer.get("indices", ())}
+    for alias in answer.get("aliases", ()):
+        names.update(str(i) for i in alias.get("indices", ()))
+    for stream in answer.get("data_streams", ()):
+        names.update(str(i) for i in stream.get("backing_indices", ()))
+    return names

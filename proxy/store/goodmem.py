@@ -29,6 +29,7 @@ __all__ = [
     "GRANTS",
     "LONG_TERM_PATTERN",
     "MEMORIES",
+    "PRIVATE_INDEX_PATTERNS",
     "SYSTEM",
     "USERS",
     "GoodMemIndices",
@@ -43,6 +44,9 @@ SYSTEM = "memproxy-goodmem-system"
 EMBEDDERS = "memproxy-goodmem-embedders"
 GRANTS = "memproxy-goodmem-grants"
 MEMORIES = "memproxy-goodmem-memories"
+# Every index of memproxy's own records (keys, users, grants, ...; later jobs and models): pass-through
+# never reaches them (proxy.api.passthrough).
+PRIVATE_INDEX_PATTERNS = ("memproxy-goodmem-*", "memproxy-jobs*", "memproxy-models*")
 # Every container's long-term index (system and non-system prefixes); hidden ones need expand_wildcards=all.
 LONG_TERM_PATTERN = ".plugins-ml-am-*-memory-long-term,*-memory-long-term"
 

@@ -21,6 +21,7 @@ from opensearchpy import OpenSearch
 
 from tests.conformance.compare import LEDGER, Reply, Trace
 from tests.conformance.sides import Side
+from tests.conftest import ProxyProcess
 from tests.opensearch_memory_helpers import EMBEDDER, proxy_under_test
 from tests.support.fake_llm import FakeLLM
 from tests.support.reference import embedding_connector, llm_connector, register_remote_model
@@ -51,6 +52,13 @@ class ReferenceModels:
     llm_id: str
     # What the model APIs answered while registering them (compared with memproxy's by test_models.py).
     calls: dict[str, Reply] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def proxy_url(open_proxy: ProxyProcess) -> str:
+    """The reference node runs ml-commons without the security plugin, so memproxy is compared as it runs
+    without authentication (``--auth none``): no caller, no owner fields, all access, as there."""
+    return open_proxy.url
 
 
 @pytest.fixture(scope="session")

@@ -3,20 +3,30 @@
 Handlers are thin: parse the body, call one core operation, render. Literal segments are registered before
 ``{param}`` ones, as OpenSearch's path trie prefers them. A path under the prefix that no route serves is
 answered the way OpenSearch's REST router answers it (400 "no handler found", or 405 with ``Allow``).
+
+Authorization is part of the route table: each route that names a container names the operation it performs
+on it (:data:`ACCESS`, GoodMem's space operations with ml-commons' own refusal texts), and :func:`mount`
+wraps every such handler so that the check runs before it, whatever the handler does. Routes without a
+container (``_create``, ``_search``) need only an authenticated caller, which the identity middleware
+established; container ``_search`` is narrowed to what the caller may see by its handler.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
 from proxy.api.opensearch_memory import containers, memories, search
-from proxy.api.opensearch_memory.common import Handler
+from proxy.api.opensearch_memory.common import Handler, load_container
+from proxy.app_keys import IDENTITY, PRINCIPAL
+from proxy.core.container_record import ContainerNotFound
+from proxy.core.identity import can_access_space
+from proxy.errors import Forbidden
 
-__all__ = ["PREFIX", "ROUTES", "mount"]
+__all__ = ["ACCESS", "PREFIX", "ROUTES", "mount"]
 
 PREFIX = "/_plugins/_ml/memory_containers"
 _C = PREFIX + "/{memory_container_id}"
@@ -41,6 +51,59 @@ ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
     (("PUT",), _C + "/memories/{memory_type}/{memory_id}", memories.update_memory),
     (("DELETE",), _C + "/memories/{memory_type}/{memory_id}", memories.delete_memory),
 )
+
+
+_ADD = ("CREATE_MEMORY", "User doesn't have permissions to add memory to this container")
+_SEARCH = ("READ_MEMORY", "User doesn't have permissions to search memories in this container")
+_DELETE = ("DELETE_MEMORY", "User doesn't have permissions to delete memories in this container")
+
+# (method, path) → (space operation, ml-commons' 403 reason) for every route that names a container.
+ACCESS: Mapping[tuple[str, str], tuple[str, str]] = {
+    ("GET", _C): (
+        "READ_SPACE",
+        "User doesn't have privilege to perform this operation on this memory container",
+    ),
+    ("PUT", _C): ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container"),
+    ("DELETE", _C): ("DELETE_SPACE", "Only container owner can delete container"),
+    ("POST", _C + "/memories"): _ADD,
+    ("POST", _C + "/memories/sessions"): _ADD,
+    ("GET", _LT + "/_semantic_search"): _SEARCH,
+    ("POST", _LT + "/_semantic_search"): _SEARCH,
+    ("GET", _LT + "/_hybrid_search"): _SEARCH,
+    ("POST", _LT + "/_hybrid_search"): _SEARCH,
+    ("POST", _LT + "/_memproxy_add"): _ADD,
+    ("POST", _LT + "/_memproxy_bulk"): _ADD,
+    ("GET", _C + "/memories/{memory_type}/_search"): _SEARCH,
+    ("POST", _C + "/memories/{memory_type}/_search"): _SEARCH,
+    ("POST", _C + "/memories/{memory_type}/_delete_by_query"): _DELETE,
+    ("GET", _C + "/memories/{memory_type}/{memory_id}"): (
+        "READ_MEMORY",
+        "User doesn't have permissions to get memories in this container",
+    ),
+    ("PUT", _C + "/memories/{memory_type}/{memory_id}"): (
+        "CREATE_MEMORY",
+        "User doesn't have permissions to update memories in this container",
+    ),
+    ("DELETE", _C + "/memories/{memory_type}/{memory_id}"): _DELETE,
+}
+
+
+def _guarded(handler: Handler, op: str, refusal: str) -> Handler:
+    """``handler`` behind the container check: the caller must be allowed ``op`` on the named container.
+    A container that does not exist is left to the handler, which answers ml-commons' own 404."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        who = request.get(PRINCIPAL)
+        if who is not None:  # None: --auth none, where ml-commons without security allows everything
+            try:
+                container = await load_container(request, cached=True)
+            except ContainerNotFound:
+                return await handler(request)
+            if not await can_access_space(request.app[IDENTITY], who, container, op):
+                raise Forbidden(refusal)
+        return await handler(request)
+
+    return guarded
 
 
 def _pattern(path: str) -> re.Pattern[str]:
@@ -93,7 +156,10 @@ def mount(app: web.Application) -> None:
     """Add the routes; call before the pass-through catch-all so they win."""
     for methods, path, handler in ROUTES:
         for method in methods:
-            app.router.add_route(method, path, handler)
+            access = ACCESS.get((method, path))
+            if access is None and "{memory_container_id}" in path:
+                raise RuntimeError(f"{method} {path} names a container but no access rule")
+            app.router.add_route(method, path, _guarded(handler, *access) if access else handler)
         if "{" not in path:
             # Other methods on a literal path must not fall through to a "{memory_container_id}" route.
             app.router.add_route("*", path, _router_fallback)

@@ -17,7 +17,9 @@ from proxy.api.opensearch_memory.lenient import (
     token_error,
     token_name,
 )
+from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core import containers as core
+from proxy.core.identity import visible_container_ids
 from proxy.errors import BadRequest, NotFound
 
 __all__ = ["create", "delete", "get", "search", "update"]
@@ -42,12 +44,14 @@ async def create(request: web.Request) -> web.Response:
     if body.get("name") is None:
         raise BadRequest("name is null")
     configuration = parse_configuration(raw_configuration or {})
+    who = request.get(PRINCIPAL)
     container = await core.create_container(
         services(request),
         name=as_str(body["name"]),
         description=optional(body, "description", as_str),
         configuration=configuration,
         backend_roles=backend_roles,
+        owner=who.owner_record() if who is not None else None,
     )
     return json_response({"memory_container_id": container.id, "status": "created"})
 
@@ -124,4 +128,6 @@ async def search(request: web.Request) -> web.Response:
         raise BadRequest(
             f"Expected [START_OBJECT] but found [{token_name(body)}]", os_type="parsing_exception"
         )
-    return json_response(await core.search_containers(services(request), body))
+    who = request.get(PRINCIPAL)
+    only_ids = await visible_container_ids(request.app[IDENTITY], who) if who is not None else None
+    return json_response(await core.search_containers(services(request), body, only_ids=only_ids))

@@ -1,63 +1,27 @@
 """What every GoodMem operation takes first: :class:`GoodMem`, the GoodMem state of one application.
 
-It holds the shared ``Services`` (store, embedders, read caches), GoodMem's own indices, the instance record
-once read, and the background tasks GoodMem starts (``lastUsedAt`` refreshes). One is made per application
-when it starts and closed when it stops (the GoodMem slice's ``cleanup_ctx``), which cancels what is still
-running; nothing of it lives at module level.
+It holds the shared ``Services`` (store, embedders, read caches) and the application's
+:class:`proxy.core.identity.Identity` (memproxy's own indices, the instance record once read, the background
+work), which every API shares; GoodMem's operations reach them through it. One is made per application when
+it starts (the GoodMem slice's ``cleanup_ctx``); nothing of it lives at module level.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proxy.core.cache import Caches
-from proxy.core.goodmem.tasks import BackgroundTasks
+from proxy.core.identity import Identity, InstanceRecord
 from proxy.core.services import Services
-from proxy.errors import Conflict
+from proxy.core.tasks import BackgroundTasks
 from proxy.store.client import Store
-from proxy.store.goodmem import SYSTEM, GoodMemIndices
+from proxy.store.goodmem import GoodMemIndices
 
 if TYPE_CHECKING:  # proxy.embedding imports torch; pure core code must not pay for that
     from proxy.embedding import EmbedderRegistry
 
-__all__ = ["GoodMem", "InstanceRecord"]
-
-INSTANCE_DOC = "instance"
-
-
-class InstanceRecord:
-    """The GoodMem instance record (whether ``/v1/system/init`` ran, and who the root user is).
-
-    It never changes once written, so a found one is kept for the life of the application.
-    """
-
-    def __init__(self, docs: GoodMemIndices) -> None:
-        self._docs = docs
-        self._found: dict[str, Any] | None = None
-
-    async def get(self) -> dict[str, Any] | None:
-        if self._found is not None:
-            return self._found
-        doc = await self._docs.get(SYSTEM, INSTANCE_DOC)
-        if doc is not None and doc.get("root_user_id"):
-            self._found = doc
-        return doc
-
-    async def root_user_id(self) -> str | None:
-        """The root user's id (the owner of containers the OpenSearch API created); None before init."""
-        doc = await self.get()
-        return str(doc["root_user_id"]) if doc and doc.get("root_user_id") else None
-
-    async def create(self, record: dict[str, Any]) -> bool:
-        """Write the record unless one exists (any process may race); True when this call wrote it."""
-        try:
-            await self._docs.put(SYSTEM, INSTANCE_DOC, record, create=True)
-        except Conflict:
-            return False
-        # Remember what this process wrote (a re-initialised node must not keep serving the old root).
-        self._found = record
-        return True
+__all__ = ["GoodMem"]
 
 
 @dataclass(frozen=True)
@@ -65,17 +29,24 @@ class GoodMem:
     """The GoodMem state of one application; see the module docstring."""
 
     svc: Services
-    docs: GoodMemIndices
-    instance: InstanceRecord
-    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    identity: Identity
 
     @classmethod
-    def create(cls, svc: Services) -> GoodMem:
-        docs = GoodMemIndices(svc.store)
-        return cls(svc=svc, docs=docs, instance=InstanceRecord(docs))
+    def create(cls, svc: Services, identity: Identity | None = None) -> GoodMem:
+        """``identity``: the application's (shared with the other APIs); a fresh one for tests."""
+        return cls(svc=svc, identity=identity or Identity.create(svc.store, svc.caches))
 
-    async def close(self) -> None:
-        await self.background.close()
+    @property
+    def docs(self) -> GoodMemIndices:
+        return self.identity.docs
+
+    @property
+    def instance(self) -> InstanceRecord:
+        return self.identity.instance
+
+    @property
+    def background(self) -> BackgroundTasks:
+        return self.identity.background
 
     @property
     def store(self) -> Store:

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from proxy.core.goodmem.auth import Principal, require_admin
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import NIL_UUID, now_ms
-from proxy.core.goodmem.tasks import gather
 from proxy.core.goodmem.validation import LabelChange
+from proxy.core.identity import Principal, require_admin
+from proxy.core.tasks import gather
 from proxy.errors import BadRequest, Conflict, NotFound, Unimplemented
 from proxy.store.client import OpenSearchError
 from proxy.store.goodmem import EMBEDDERS

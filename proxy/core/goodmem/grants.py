@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.goodmem.auth import SPACE_OPS, Principal, authorize_space, require_admin
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.spaces import get_space
+from proxy.core.identity import SPACE_OPS, Principal, authorize_space, require_admin
 from proxy.errors import BadRequest, Forbidden, NotFound
 from proxy.store.goodmem import GRANTS
 from proxy.store.query import Exists, Filter, Not, Term, all_of

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.container_record import Container
-from proxy.core.goodmem.auth import Principal, authorize_space
 from proxy.core.goodmem.chunking import chunk_text
 from proxy.core.goodmem.content import NewMemory
 from proxy.core.goodmem.context import GoodMem
@@ -23,6 +22,7 @@ from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.metadata import index_metadata
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.spaces import get_space, space_chunking
+from proxy.core.identity import Principal, authorize_space
 from proxy.core.longterm import LongTermMemory, delete_long_term, write_long_term
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
 from proxy.store.goodmem import MEMORIES

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.goodmem.auth import Principal, can_access_space
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.memories import ItemResult, delete_memory, delete_records
 from proxy.core.goodmem.metadata import compile_metadata_filter
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.spaces import read_space
+from proxy.core.identity import Principal, can_access_space
 from proxy.errors import BadRequest, MemproxyError
 from proxy.store.goodmem import MEMORIES, SpaceOrder
 from proxy.store.query import Filter, RawDsl

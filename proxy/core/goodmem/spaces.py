@@ -23,13 +23,13 @@ from proxy.core.containers import (
     list_containers,
 )
 from proxy.core.containers import update_container as update_container_core
-from proxy.core.goodmem.auth import Principal, authorize_space
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, ChunkingConfig
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.embedders import resolve_embedder
 from proxy.core.goodmem.ids import NIL_UUID, check_space_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
+from proxy.core.identity import Principal, authorize_space
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
 from proxy.store.goodmem import GRANTS, USERS
 from proxy.store.query import And, Exists, Not, Or, Term

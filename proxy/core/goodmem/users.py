@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.goodmem.auth import Principal, require_admin
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
+from proxy.core.identity import Principal, require_admin
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
 from proxy.store.goodmem import APIKEYS, USERS
 from proxy.store.query import Exists, Filter, Not, Term, all_of

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.container_record import Container
-from proxy.core.goodmem.auth import Principal, authorize_space
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.embedders import canonical_embedder_id, embed_text
 from proxy.core.goodmem.memories import get_memory_records
@@ -32,9 +31,10 @@ from proxy.core.goodmem.retrieve.rank import (
 )
 from proxy.core.goodmem.retrieve.request import RetrieveRequest, SpaceKey, query_text
 from proxy.core.goodmem.spaces import get_space
-from proxy.core.goodmem.tasks import gather
+from proxy.core.identity import Principal, authorize_space
 from proxy.core.query import VectorSearch
 from proxy.core.search import semantic_search
+from proxy.core.tasks import gather
 from proxy.errors import BadRequest, MemproxyError
 from proxy.filters import parse_filter
 from proxy.store.query import Filter, Hit, MatchAll, MetadataFilter, Terms
