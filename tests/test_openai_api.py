@@ -236,7 +236,8 @@ def test_unknown_routes_answer_openai_404(proxy_url: str, method: str, path: str
 
 @pytest.fixture(scope="module")
 def small_queue_proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(opensearch_url, extra_args=["--embed-max-queue", "4"])
+    # Anonymous (--auth none): the queue's limit is the subject here, not authentication.
+    p = ProxyProcess(opensearch_url, extra_args=["--embed-max-queue", "4", "--auth", "none"])
     yield p
     p.stop()
 

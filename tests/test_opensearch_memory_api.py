@@ -109,11 +109,13 @@ def test_container_lifecycle(client: OpenSearch, node: OpenSearch) -> None:
     assert list(got) == [
         "name",
         "description",
+        "owner",  # an authenticated caller created it, as under the security plugin
         "created_time",
         "last_updated_time",
         "configuration",
         "backend_roles",
     ]
+    assert set(got["owner"]) == {"name", "backend_roles", "roles"} and got["owner"]["roles"] == ["ROOT"]
     assert got["configuration"] == {
         "index_prefix": prefix,
         "disable_history": False,

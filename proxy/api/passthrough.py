@@ -188,7 +188,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             "own indices",
             os_type="security_exception",
         )
-    default_index = None if route.startswith("_") or not route else route
+    # ``_all`` is the one index expression that starts with an underscore.
+    default_index = route if route == "_all" or (route and not route.startswith("_")) else None
     if default_index is not None:
         await _check_private(request, [default_index])
         route = segments[1] if len(segments) > 1 else ""
