@@ -45,6 +45,7 @@ PUBLIC_ROUTES = frozenset(
         ("GET", "/_memproxy/health"),
         ("HEAD", "/_memproxy/health"),
         ("GET", "/v1/system/info"),
+        ("HEAD", "/v1/system/info"),
         ("POST", "/v1/system/init"),
     }
 )
