@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from proxy.core.cache import Caches, TtlCache
+from tests.adversarial.tenants import Tenant, make_tenant
 from tests.conftest import ProxyProcess
 from tests.goodmem_helpers import root_api_key
 from tests.opensearch_memory_helpers import EMBEDDER, MC
@@ -233,3 +234,94 @@ def test_revoked_key_is_refused_at_once_here_and_within_the_ttl_elsewhere(
     assert revoked.status_code == 200, revoked.text
     assert status(proxy_url) == 401
     _stale_only_within_the_ttl(lambda: status(other_proxy.url), 401, cached_by)
+
+
+@pytest.fixture()
+def shared_space(proxy_url: str, admin_key: str) -> Iterator[tuple[httpx.Client, Tenant, Tenant, str, str]]:
+    """Alice's space with one memory, bob (no rights yet), and the root client that made them."""
+    with httpx.Client(base_url=proxy_url, headers={"x-api-key": admin_key}, timeout=60) as admin:
+        alice, bob = make_tenant(admin, "alice"), make_tenant(admin, "bob")
+        space = admin.post(
+            "/v1/spaces",
+            headers=alice.headers,
+            json={"name": f"cache-{uuid.uuid4().hex[:8]}", "spaceEmbedders": [{"embedderId": EMBEDDER}]},
+        ).json()["spaceId"]
+        memory = admin.post(
+            "/v1/memories", headers=alice.headers, json={"spaceId": space, "originalContent": "shared"}
+        ).json()["memoryId"]
+        yield admin, alice, bob, space, memory
+        admin.delete(f"/v1/spaces/{space}")
+
+
+def _read_status(url: str, memory_id: str, tenant: Tenant) -> int:
+    return httpx.get(f"{url}/v1/memories/{memory_id}", headers=tenant.headers, timeout=30).status_code
+
+
+def test_revoked_grant_is_refused_at_once_here_and_within_the_ttl_elsewhere(
+    proxy_url: str, other_proxy: ProxyProcess, shared_space: tuple[httpx.Client, Tenant, Tenant, str, str]
+) -> None:
+    admin, alice, bob, space, memory = shared_space
+    rule = {
+        "operation": "READ_MEMORY",
+        "selector": "EXACT",
+        "assignedResource": {"kind": "SPACE", "resourceId": space},
+    }
+    grant = admin.post(
+        "/v1/access-policy/grants",
+        headers=alice.headers,
+        json={"audience": {"principalId": bob.user_id}, "rule": rule},
+    )
+    assert grant.status_code == 201, grant.text
+    assert _read_status(proxy_url, memory, bob) == _read_status(other_proxy.url, memory, bob) == 200
+    cached_by = time.monotonic()
+    revoked = admin.delete(f"/v1/access-policy/grants/{grant.json()['grantId']}", headers=alice.headers)
+    assert revoked.status_code == 200, revoked.text
+    assert _read_status(proxy_url, memory, bob) == 403
+    _stale_only_within_the_ttl(lambda: _read_status(other_proxy.url, memory, bob), 403, cached_by)
+
+
+def test_deleted_user_is_refused_at_once_here_and_within_the_ttl_elsewhere(
+    proxy_url: str, other_proxy: ProxyProcess, shared_space: tuple[httpx.Client, Tenant, Tenant, str, str]
+) -> None:
+    admin, alice, _, _, memory = shared_space
+    assert _read_status(proxy_url, memory, alice) == _read_status(other_proxy.url, memory, alice) == 200
+    cached_by = time.monotonic()
+    assert admin.delete(f"/v1/users/{alice.user_id}").status_code in (200, 204)
+    assert _read_status(proxy_url, memory, alice) == 401
+    _stale_only_within_the_ttl(lambda: _read_status(other_proxy.url, memory, alice), 401, cached_by)
+
+
+def test_public_read_turned_off_is_refused_at_once_here_and_within_the_ttl_elsewhere(
+    proxy_url: str, other_proxy: ProxyProcess, shared_space: tuple[httpx.Client, Tenant, Tenant, str, str]
+) -> None:
+    admin, alice, bob, space, memory = shared_space
+    assert (
+        admin.put(f"/v1/spaces/{space}", headers=alice.headers, json={"publicRead": True}).status_code == 200
+    )
+    assert _read_status(proxy_url, memory, bob) == 200
+    # The other process may have cached the space from before it was public: wait for it to see it.
+    _stale_only_within_the_ttl(lambda: _read_status(other_proxy.url, memory, bob), 200, time.monotonic())
+    cached_by = time.monotonic()
+    assert (
+        admin.put(f"/v1/spaces/{space}", headers=alice.headers, json={"publicRead": False}).status_code == 200
+    )
+    assert _read_status(proxy_url, memory, bob) == 403
+    _stale_only_within_the_ttl(lambda: _read_status(other_proxy.url, memory, bob), 403, cached_by)
+
+
+def test_container_update_reaches_other_processes_within_the_ttl(
+    proxy_url: str, other_proxy: ProxyProcess, shared_space: tuple[httpx.Client, Tenant, Tenant, str, str]
+) -> None:
+    """An ml-commons update of the container is what a GoodMem reader elsewhere sees after at most the
+    TTL."""
+    admin, alice, _, space, _ = shared_space
+
+    def name(url: str) -> int:
+        got = httpx.get(f"{url}/v1/spaces/{space}", headers=alice.headers, timeout=30).json()["name"]
+        return 1 if got == "renamed" else 0
+
+    assert name(proxy_url) == name(other_proxy.url) == 0
+    cached_by = time.monotonic()
+    assert admin.put(f"{MC}/{space}", headers=alice.headers, json={"name": "renamed"}).status_code == 200
+    assert name(proxy_url) == 1
+    _stale_only_within_the_ttl(lambda: name(other_proxy.url), 1, cached_by)
