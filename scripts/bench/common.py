@@ -495,7 +495,8 @@ class Proxy:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=connections), timeout=aiohttp.ClientTimeout(total=3600)
         )
-        self.goodmem_headers: dict[str, str] = {}
+        # The key every route needs (memproxy authenticates the ml-commons routes too).
+        self.auth_headers: dict[str, str] = {}
 
     async def close(self) -> None:
         await self.session.close()
@@ -508,6 +509,7 @@ class Proxy:
         headers: Mapping[str, str] | None = None,
         ok: Sequence[int] = (200, 201),
     ) -> Any:
+        headers = self.auth_headers if headers is None else headers
         async with self.session.request(method, self.url + path, json=body, headers=headers) as resp:
             raw = await resp.read()
             if resp.status not in ok:
@@ -515,7 +517,7 @@ class Proxy:
             return json.loads(raw) if raw else None
 
     async def ndjson(self, path: str, body: Any) -> list[dict[str, Any]]:
-        async with self.session.post(self.url + path, json=body, headers=self.goodmem_headers) as resp:
+        async with self.session.post(self.url + path, json=body, headers=self.auth_headers) as resp:
             raw = await resp.read()
             if resp.status != 200:
                 raise RuntimeError(f"POST {path} -> {resp.status}: {raw[:2000]!r}")
@@ -546,7 +548,7 @@ class Proxy:
     async def delete_space(self, space_id: str) -> None:
         """GoodMem's delete: it also removes the space's GoodMem memory records, which the ml-commons
         container delete leaves behind."""
-        await self.json("DELETE", f"/v1/spaces/{space_id}", headers=self.goodmem_headers, ok=(200, 204, 404))
+        await self.json("DELETE", f"/v1/spaces/{space_id}", headers=self.auth_headers, ok=(200, 204, 404))
 
 
 async def delete_indices(node: Node, pattern: str) -> None:

@@ -103,7 +103,7 @@ def batch_writer(world: World, variant: str, texts: list[str], first: int) -> Ca
     async def goodmem_api() -> int:
         requests = [{"spaceId": cid, "originalContent": t, "contentType": "text/plain"} for t in texts]
         answer = await world.proxy.json(
-            "POST", "/v1/memories:batchCreate", {"requests": requests}, headers=world.proxy.goodmem_headers
+            "POST", "/v1/memories:batchCreate", {"requests": requests}, headers=world.proxy.auth_headers
         )
         failed = [r for r in answer["results"] if not r.get("success")]
         if failed:
@@ -204,7 +204,7 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
         async with Node(args.url) as node:
             embedders = await start_embedders(embed_settings(args))
             info = embedders.infos()[0]
-            proxy.goodmem_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
+            proxy.auth_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
             try:
                 for variant in ("opensearch_api", "goodmem_api"):
                     index_prefix = f"{prefix}-{variant.replace('_', '-')}"

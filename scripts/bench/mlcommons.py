@@ -560,7 +560,9 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     prefix = f"memproxy-bench-mlc-{tag}"
     corpus = make_corpus(args.n, args.queries, args.seed)
-    proxy_process = start_proxy(args.url, embed_args(args))
+    # The reference runs ml-commons without the security plugin; memproxy runs the same way (--auth none),
+    # so neither side pays for authentication and the reference's connector reaches memproxy's embeddings.
+    proxy_process = start_proxy(args.url, [*embed_args(args), "--auth", "none"])
     mp_api, ref_api = Proxy(proxy_process.url), Proxy(args.reference_url)
     models: dict[str, Any] = {}
     try:

@@ -254,7 +254,7 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
         async with Node(args.url) as node:
             embedders = await start_embedders(embed_settings(args))
             info = embedders.infos()[0]
-            proxy.goodmem_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
+            proxy.auth_headers = {"x-api-key": await goodmem_key(proxy.url, args.url)}
             container_id = await proxy.create_container(prefix, info.id, info.dimension)
             try:
                 world = World(
@@ -270,7 +270,7 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                     VARIANTS + (BEFORE_VARIANTS if before else ()),
                 )
                 if before is not None:
-                    before.goodmem_headers = proxy.goodmem_headers
+                    before.auth_headers = proxy.auth_headers
                 await fill(world, args.memories, args.batch)
                 world.vectors = [[float(x) for x in v] for v in await world.embedder.embed(world.queries)]
                 await warm_up(world, args.warm_up)
