@@ -21,22 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.adversarial.matrix import MC, SECRET, Tally, Victim, send, victim_routes
 from tests.adversarial.tenants import Tenant, basic, make_tenant
 from tests.opensearch_memory_helpers import EMBEDDER, new_prefix
 
 pytestmark = pytest.mark.timeout(600)
 
-MC = "/_plugins/_ml/memory_containers"
-SECRET = "alice-secret-" + uuid.uuid4().hex[:10]
 ATTACKER_KEY = "gm_attacker_chosen_" + uuid.uuid4().hex  # its sha256 must never become a key document
-
-
-@dataclass(frozen=True)
-class Victim:
-    label: str
-    container_id: str
-    memory_id: str  # a GoodMem memory id / long-term memory id in it
-    long_term_index: str
 
 
 @dataclass
@@ -121,65 +112,6 @@ def _attackers(w: World) -> dict[str, tuple[dict[str, str], set[int]]]:
         "bob bearer": ({"Authorization": f"Bearer {w.bob.key}"}, denied),
         "bob basic": ({"Authorization": basic("bob", w.bob.key)}, denied),
     }
-
-
-# (method, path template, body, reports per item: a 2xx is fine when it carries nothing of Alice's)
-def _routes(v: Victim) -> list[tuple[str, str, Any, bool]]:
-    c, m = v.container_id, v.memory_id
-    lt = f"{MC}/{c}/memories/long-term"
-    return [
-        ("GET", f"/v1/spaces/{c}", None, False),
-        ("PUT", f"/v1/spaces/{c}", {"name": "pwned"}, False),
-        ("DELETE", f"/v1/spaces/{c}", None, False),
-        ("GET", f"/v1/spaces/{c}/memories", None, False),
-        ("POST", "/v1/memories", {"spaceId": c, "originalContent": "pwned"}, False),
-        (
-            "POST",
-            "/v1/memories",
-            {"spaceId": c, "memoryId": str(uuid.uuid4()), "originalContent": "x"},
-            False,
-        ),
-        ("GET", f"/v1/memories/{m}", None, False),
-        ("GET", f"/v1/memories/{m}/content", None, False),
-        ("GET", f"/v1/memories/{m}/pages", None, False),
-        ("DELETE", f"/v1/memories/{m}", None, False),
-        ("POST", "/v1/memories:batchGet", {"memoryIds": [m], "includeContent": True}, True),
-        ("POST", "/v1/memories:batchDelete", {"requests": [{"memoryId": m}]}, True),
-        ("POST", "/v1/memories:batchCreate", {"requests": [{"spaceId": c, "originalContent": "x"}]}, True),
-        ("POST", "/v1/memories:retrieve", {"message": SECRET, "spaceKeys": [{"spaceId": c}]}, True),
-        (
-            "POST",
-            "/v1/access-policy/grants",
-            {
-                "audience": {"allAuthenticated": True},
-                "rule": {
-                    "operation": "READ_MEMORY",
-                    "selector": "EXACT",
-                    "assignedResource": {"kind": "SPACE", "resourceId": c},
-                },
-            },
-            False,
-        ),
-        ("GET", f"{MC}/{c}", None, False),
-        ("PUT", f"{MC}/{c}", {"name": "pwned", "backend_roles": ["everyone"]}, False),
-        ("DELETE", f"{MC}/{c}", None, False),
-        ("POST", f"{MC}/{c}/memories", {"messages": [{"role": "user", "content": "pwned"}]}, False),
-        ("POST", f"{MC}/{c}/memories/sessions", {"summary": "pwned"}, False),
-        ("POST", f"{lt}/_semantic_search", {"query": SECRET, "k": 5}, False),
-        ("POST", f"{lt}/_hybrid_search", {"query": SECRET, "k": 5}, False),
-        ("POST", f"{lt}/_search", {"query": {"match_all": {}}}, False),
-        ("POST", f"{MC}/{c}/memories/working/_search", {"query": {"match_all": {}}}, False),
-        ("POST", f"{lt}/_delete_by_query", {"query": {"match_all": {}}}, False),
-        ("GET", f"{lt}/{m}", None, False),
-        ("PUT", f"{lt}/{m}", {"memory": "pwned"}, False),
-        ("DELETE", f"{lt}/{m}", None, False),
-        ("POST", f"{lt}/_memproxy_add", {"memory": "pwned"}, False),
-        ("POST", f"{lt}/_memproxy_bulk", {"memories": [{"memory": "pwned"}]}, False),
-        # Pass-through: the victim's data index, directly and through the multi-index routes.
-        ("GET", f"/{v.long_term_index}/_search", None, False),
-        ("POST", "/_mget", {"docs": [{"_index": v.long_term_index, "_id": m}]}, False),
-        ("POST", f"/{v.long_term_index}/_delete_by_query", {"query": {"match_all": {}}}, False),
-    ]
 
 
 def _passthrough_routes(w: World) -> list[tuple[str, str, Any]]:
@@ -279,51 +211,28 @@ PRIVATE_FORMS: list[tuple[str, str, Any, dict[str, str]]] = [
 ]
 
 
-def _send(w: World, method: str, path: str, body: Any, headers: dict[str, str]) -> httpx.Response:
-    kwargs: dict[str, Any] = {"headers": headers}
-    if isinstance(body, (bytes, str)):
-        kwargs["content"] = body
-        kwargs["headers"] = {"Content-Type": "application/x-ndjson", **headers}
-    elif body is not None:
-        kwargs["json"] = body
-    # A fresh client per attacker: the admin client's key must not ride along.
-    with httpx.Client(base_url=w.proxy_url, timeout=120) as c:
-        return c.request(method, path, **kwargs)
-
-
-class Tally:
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.failures: list[str] = []
-        self.leaks = 0
-        self.server_errors = 0
-
-    def check(self, what: str, resp: httpx.Response, refusals: set[int], per_item: bool) -> None:
-        self.attempts += 1
-        leaked = SECRET in resp.text
-        self.leaks += leaked
-        self.server_errors += resp.status_code >= 500
-        ok = resp.status_code in refusals or (per_item and resp.status_code < 300 and not leaked)
-        if leaked or not ok:
-            self.failures.append(f"{what} -> {resp.status_code} {resp.text[:200]}")
-
-
 def test_every_cross_tenant_attempt_is_refused(world: World) -> None:
     w, tally = world, Tally()
     for name, (headers, refusals) in _attackers(w).items():
         for victim in w.victims:
-            for method, path, body, per_item in _routes(victim):
+            for method, path, body, per_item in victim_routes(victim):
                 tally.check(
-                    f"{name}: {method} {path}", _send(w, method, path, body, headers), refusals, per_item
+                    f"{name}: {method} {path}",
+                    send(w.proxy_url, method, path, body, headers),
+                    refusals,
+                    per_item,
                 )
         for method, path, body in _passthrough_routes(w):
             # Not an administrator: no pass-through at all (403), or no identity (401).
             tally.check(
-                f"{name}: {method} {path}", _send(w, method, path, body, headers), refusals - {404}, False
+                f"{name}: {method} {path}",
+                send(w.proxy_url, method, path, body, headers),
+                refusals - {404},
+                False,
             )
     admin_headers = dict(w.admin.headers)
     for method, path, body, extra in PRIVATE_FORMS:
-        resp = _send(w, method, path, body, {**admin_headers, **extra})
+        resp = send(w.proxy_url, method, path, body, {**admin_headers, **extra})
         tally.check(f"admin: {method} {path}", resp, {400, 403}, False)
     print(
         f"\naccess matrix: {tally.attempts} attempts, {len(tally.failures)} not refused, "
@@ -342,7 +251,7 @@ def _assert_intact(w: World) -> None:
         assert SECRET in w.admin.get(f"/v1/memories/{v.memory_id}/content", headers=a).text
         listed = w.admin.get(f"/v1/spaces/{v.container_id}/memories", headers=a).json()["memories"]
         assert [m["memoryId"] for m in listed] == [v.memory_id]  # nothing written by an intruder
-    assert _send(w, "GET", "/v1/spaces", None, {"x-api-key": ATTACKER_KEY}).status_code == 401
+    assert send(w.proxy_url, "GET", "/v1/spaces", None, {"x-api-key": ATTACKER_KEY}).status_code == 401
     me = w.admin.get("/v1/users/me", headers=w.bob.headers)
     assert me.status_code == 200 and "ROOT" not in json.dumps(me.json())
     assert w.admin.post("/v1/system/init").json()["alreadyInitialized"] is True
@@ -352,13 +261,13 @@ def test_positive_controls(world: World) -> None:
     """Alice's own reads succeed on every read route, and a grant opens what it grants, then closes."""
     w, a = world, {"x-api-key": world.alice.key}
     for v in w.victims:
-        for method, path, body, _ in _routes(v):
+        for method, path, body, _ in victim_routes(v):
             if method == "GET" or path.endswith(("_search", ":retrieve", ":batchGet")):
                 if path.startswith(f"/{v.long_term_index}") or path == "/_mget":
                     continue  # pass-through: Alice is no administrator
                 if v.label == "space" and path.endswith(f"long-term/{v.memory_id}"):
                     continue  # a GoodMem memory's id names its record, not a long-term document
-                resp = _send(w, method, path, body, a)
+                resp = send(w.proxy_url, method, path, body, a)
                 assert resp.status_code < 300, (method, path, resp.status_code, resp.text[:300])
     v = w.victims[0]
     grant = w.admin.post(
@@ -374,16 +283,19 @@ def test_positive_controls(world: World) -> None:
         },
     )
     assert grant.status_code == 201, grant.text
-    readable = _send(w, "GET", f"/v1/memories/{v.memory_id}/content", None, w.bob.headers)
+    readable = send(w.proxy_url, "GET", f"/v1/memories/{v.memory_id}/content", None, w.bob.headers)
     assert readable.status_code == 200 and SECRET in readable.text
-    via_opensearch = _send(
-        w, "GET", f"{MC}/{v.container_id}/memories/long-term/{v.memory_id}", None, w.bob.headers
+    via_opensearch = send(
+        w.proxy_url, "GET", f"{MC}/{v.container_id}/memories/long-term/{v.memory_id}", None, w.bob.headers
     )
     assert via_opensearch.status_code in (200, 404)  # a GoodMem memory is not a long-term document id
-    assert _send(w, "DELETE", f"/v1/memories/{v.memory_id}", None, w.bob.headers).status_code == 403
+    assert send(w.proxy_url, "DELETE", f"/v1/memories/{v.memory_id}", None, w.bob.headers).status_code == 403
     revoked = w.admin.delete(f"/v1/access-policy/grants/{grant.json()['grantId']}", headers=a)
     assert revoked.status_code == 200
-    assert _send(w, "GET", f"/v1/memories/{v.memory_id}/content", None, w.bob.headers).status_code == 403
+    assert (
+        send(w.proxy_url, "GET", f"/v1/memories/{v.memory_id}/content", None, w.bob.headers).status_code
+        == 403
+    )
 
 
 def test_container_search_shows_only_what_the_caller_may_see(world: World) -> None:
@@ -391,12 +303,12 @@ def test_container_search_shows_only_what_the_caller_may_see(world: World) -> No
     ids = {v.container_id for v in w.victims}
 
     def seen(headers: dict[str, str]) -> set[str]:
-        resp = _send(w, "POST", f"{MC}/_search", {"query": {"match_all": {}}, "size": 1000}, headers)
+        resp = send(w.proxy_url, "POST", f"{MC}/_search", {"query": {"match_all": {}}, "size": 1000}, headers)
         assert resp.status_code == 200, resp.text
         return {h["_id"] for h in resp.json()["hits"]["hits"]}
 
     assert ids <= seen({"x-api-key": w.alice.key})
     assert ids <= seen(dict(w.admin.headers))
     assert not ids & seen(w.bob.headers)
-    listed = _send(w, "GET", "/v1/spaces", None, w.bob.headers).json()["spaces"]
+    listed = send(w.proxy_url, "GET", "/v1/spaces", None, w.bob.headers).json()["spaces"]
     assert not ids & {s["spaceId"] for s in listed}
