@@ -237,10 +237,11 @@ async def find_key(state: IdentityState, raw_key: str) -> Principal | None:
 
 async def authenticate_cluster(state: IdentityState, authorization: str) -> Principal | None:
     """The cluster user behind the caller's own ``Authorization`` header (None: the cluster refused it)."""
-    user: ClusterUser | None = await state.caches.principals.get(
-        "cluster:" + hash_key(authorization), lambda: _load_cluster_user(state, authorization)
-    )
-    if user is None:
+    try:
+        user: ClusterUser = await state.caches.principals.get(
+            "cluster:" + hash_key(authorization), lambda: _load_cluster_user(state, authorization)
+        )
+    except _NoSuchKey:
         return None
     return Principal(
         user_id=user.name,
@@ -250,7 +251,7 @@ async def authenticate_cluster(state: IdentityState, authorization: str) -> Prin
     )
 
 
-async def _load_cluster_user(state: IdentityState, authorization: str) -> ClusterUser | None:
+async def _load_cluster_user(state: IdentityState, authorization: str) -> ClusterUser:
     user = await authinfo(state.store, authorization)
     if user is None:
         raise _NoSuchKey  # not cached: a refused password may be right a moment later

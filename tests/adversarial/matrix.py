@@ -77,7 +77,8 @@ def victim_routes(v: Victim) -> list[tuple[str, str, Any, bool]]:
         ("POST", f"{lt}/_memproxy_bulk", {"memories": [{"memory": "pwned"}]}, False),
         # Pass-through: the victim's data index, directly and through the multi-index routes.
         ("GET", f"/{v.long_term_index}/_search", None, False),
-        ("POST", "/_mget", {"docs": [{"_index": v.long_term_index, "_id": m}]}, False),
+        # A secured cluster answers a refused document inside a 200 (the per-item shape).
+        ("POST", "/_mget", {"docs": [{"_index": v.long_term_index, "_id": m}]}, True),
         ("POST", f"/{v.long_term_index}/_delete_by_query", {"query": {"match_all": {}}}, False),
     ]
 
