@@ -24,9 +24,9 @@ end-to-end test cannot bring about on demand or observe from outside:
 Elsewhere only time and threads are controlled, never the code under test: a fake clock for the cache's
 own tests (``test_cache.py``), a gate holding the embedding compute thread (``test_embedding.py``).
 
-Every test that needs a node (it uses ``opensearch_url``, ``reference_url`` or ``memproxy_url``, directly
-or through another fixture) is marked ``node`` at collection: ``pytest -m "not node"`` runs the rest, which
-need no node at all.
+Every test that needs a node (it uses ``opensearch_url``, ``reference_url``, ``memproxy_url`` or
+``secured_cluster``, directly or through another fixture) is marked ``node`` at collection:
+``pytest -m "not node"`` runs the rest, which need no node at all.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 pytest_plugins = ["tests.opensearch_memory_fixtures"]
 
 # memproxy_url reaches the session proxy (and so the node) through request.getfixturevalue.
-NODE_FIXTURES = frozenset({"opensearch_url", "reference_url", "memproxy_url"})
+NODE_FIXTURES = frozenset({"opensearch_url", "reference_url", "memproxy_url", "secured_cluster"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
