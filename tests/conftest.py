@@ -15,9 +15,9 @@ end-to-end test cannot bring about on demand or observe from outside:
 * ``test_goodmem_retrieve_plan.py``: the real planning with ``Retriever``'s space lookup, permission check
   and k-NN search (its public methods) and the embedder registry replaced by recorders, to pin that every
   permission is checked before anything is embedded or searched, and how multi-embedder spaces are fused.
-* ``test_goodmem_unit.py`` (``FakeNode``): ``create_memory`` whole, over a fake node (the store's client:
-  space lookup, chunk bulk, record write, deletes) and a fake embedder, to pin the order of writes and the
-  clean-up after a failure (a full embedding queue, a node that went down).
+* ``test_integrity_unit.py`` (``FakeNode``): the GoodMem write path whole, over a fake node (the store's
+  client: documents, versions, conditional ``_bulk``, ``_mget``) that dies at the step a test chooses, to pin
+  the order of writes (record before chunks) and what a failure leaves.
 * ``tests/support/fake_llm.py``: a deterministic OpenAI-compatible chat server standing in for an external
   LLM, a real HTTP server that memproxy and the reference ml-commons call alike.
 

@@ -95,6 +95,7 @@ def world(proxy_url: str, opensearch_url: str) -> Iterator[World]:
     written = httpx.post(
         f"{proxy_url}/_plugins/_ml/memory_containers/{space_b}/memories/long-term/_memproxy_add",
         json={"memory": "The finance committee meets on Thursdays to sign off the budget."},
+        headers={"x-api-key": key},
         timeout=60,
     ).json()
     yield World(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import aiohttp
@@ -86,7 +86,9 @@ class Fakes(Retriever):
             raise
         return RetrievalPlan(request=req, items=items(self.n_items), result_set_id="R1")
 
-    async def load(self, memory_ids: list[str]) -> dict[str, MemoryRecord]:
+    async def load(
+        self, memory_ids: list[str], spaces: Mapping[str, str] | None = None
+    ) -> dict[str, MemoryRecord]:
         self.load_started.set()
         try:
             await asyncio.sleep(self.load_delay)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import json
 from typing import Any, cast
 
 import pytest
@@ -20,13 +19,12 @@ from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, chunk_text, parse_chun
 from proxy.core.goodmem.content import is_text_type
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import check_uuid
-from proxy.core.goodmem.memories import create_memory
 from proxy.core.goodmem.paging import decode_offset, decode_token, encode_offset, encode_token
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.validation import LabelChange, check_labels
 from proxy.core.identity import Principal
 from proxy.core.services import Services
-from proxy.errors import BadRequest, Overloaded, Unavailable
+from proxy.errors import BadRequest
 
 SID = "01a0ace1-f672-7105-9642-bf658ff8f51a"
 
@@ -288,121 +286,6 @@ def test_labels() -> None:
         check_labels({str(i): "x" for i in range(21)})
     with pytest.raises(BadRequest):
         check_uuid("nope", "spaceId")
-
-
-# --- no half-stored memory -------------------------------------------------------------------------
-
-CHUNKS = ".plugins-ml-am-default-memory-long-term"
-
-
-class FakeNode:
-    """The node as memory create sees it (one space, its long-term index and the record index); it records
-    the chunks bulk-written, the records written and the chunk ids named by deletes."""
-
-    def __init__(self) -> None:
-        self.chunks: list[dict[str, Any]] = []
-        self.records: list[str] = []
-        self.deleted: list[str] = []
-        self.records_down = False
-
-    async def request(self, method: str, path: str, *, body: Any = None, params: Any = None) -> Any:
-        if method == "GET" and path == f"/.plugins-ml-am-memory-container/_doc/{SID}":
-            cfg = {
-                "embedding_model_type": "TEXT_EMBEDDING",
-                "embedding_model_id": "e1",
-                "embedding_dimension": 3,
-            }
-            source = {"name": "s", "configuration": cfg, "goodmem": {"owner_id": "u1"}}
-            return {"_id": SID, "found": True, "_source": source, "_seq_no": 0, "_primary_term": 1}
-        if method == "POST" and path == "/_bulk":
-            lines = [json.loads(line) for line in body.splitlines()]
-            items = []
-            for meta, doc in zip(lines[::2], lines[1::2], strict=True):
-                self.chunks.append({"_id": meta["create"]["_id"], **doc})
-                items.append({"create": {"_id": meta["create"]["_id"], "status": 201}})
-            return {"errors": False, "items": items}
-        if method == "PUT" and path == "/memproxy-goodmem-memories":
-            return {"acknowledged": True}
-        if method == "PUT" and path.startswith("/memproxy-goodmem-memories/_doc/"):
-            if self.records_down:
-                raise Unavailable("OpenSearch is unreachable")
-            self.records.append(path.rsplit("/", 1)[1])
-            return {"result": "created"}
-        if method == "POST" and path == f"/{CHUNKS}/_delete_by_query":
-            written = {c["_id"] for c in self.chunks}
-            self.deleted.extend(s for s in _strings(body) if s in written)
-            return {"deleted": len(self.deleted)}
-        raise AssertionError(f"unexpected node call {method} {path}")
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-class FakeEmbedders:
-    def __init__(self) -> None:
-        self.full = False
-
-    def get(self, embedder_id: str) -> FakeEmbedders:
-        return self
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        if self.full:
-            raise Overloaded("embedding queue is full")
-        return [[1.0, 0.0, 0.0] for _ in texts]
-
-
-@pytest.fixture
-def node() -> FakeNode:
-    return FakeNode()
-
-
-@pytest.fixture
-def embedders() -> FakeEmbedders:
-    return FakeEmbedders()
-
-
-@pytest.fixture
-def gm(node: FakeNode, embedders: FakeEmbedders) -> GoodMem:
-    """GoodMem over the fake node: memory create's own code runs whole, the space's owner creates."""
-    return GoodMem.create(Services(store=cast(Any, node), embedders=cast(Any, embedders)))
-
-
-async def test_create_stores_chunks_then_record(gm: GoodMem, node: FakeNode) -> None:
-    body = {
-        "spaceId": SID,
-        "originalContent": "one. two. three.",
-        "chunkingConfig": {"sentence": {"maxChunkSize": 6}},
-    }
-    record = await create_memory(gm, Principal("u1", "k1"), MemoryCreateBody.read(body))
-    assert record.processing_status == "COMPLETED" and record.chunk_count == 3
-    assert [c["memory"] for c in node.chunks] == ["one.", "two.", "three."]
-    assert [(c["start_offset"], c["end_offset"]) for c in node.chunks] == [(0, 4), (5, 9), (10, 16)]
-    assert node.records == [record.memory_id] and not node.deleted
-
-
-async def test_failed_embedding_leaves_nothing(gm: GoodMem, node: FakeNode, embedders: FakeEmbedders) -> None:
-    embedders.full = True
-    with pytest.raises(Overloaded):
-        await create_memory(
-            gm, Principal("u1", "k1"), MemoryCreateBody.read({"spaceId": SID, "originalContent": "x"})
-        )
-    assert not node.chunks and not node.records and not node.deleted
-
-
-async def test_failed_record_write_removes_chunks(gm: GoodMem, node: FakeNode) -> None:
-    node.records_down = True
-    with pytest.raises(Unavailable):
-        await create_memory(
-            gm, Principal("u1", "k1"), MemoryCreateBody.read({"spaceId": SID, "originalContent": "a. b."})
-        )
-    assert node.chunks and sorted(node.deleted) == sorted(c["_id"] for c in node.chunks)
 
 
 # --- state owned by the application ----------------------------------------------------------------

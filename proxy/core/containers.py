@@ -18,6 +18,7 @@ from proxy.core.clock import now_ms
 from proxy.core.configuration import complete_for_create, merge_update, validate_backend_roles
 from proxy.core.container_indices import create_memory_indices, prepare_long_term
 from proxy.core.container_record import MEMORY_TYPES, Container, ContainerNotFound, parse_memory_type
+from proxy.core.search import refuse_scripts
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError
 from proxy.store import containers as store
@@ -25,7 +26,7 @@ from proxy.store import goodmem as goodmem_docs
 from proxy.store import memories as docs
 from proxy.store.client import IndexMissing
 from proxy.store.containers import CONTAINER_INDEX
-from proxy.store.query import Filter, MatchAll, RawDsl, Term
+from proxy.store.query import Exists, Filter, MatchAll, RawDsl, Term
 from proxy.store.search import empty_search_response
 
 __all__ = [
@@ -98,8 +99,12 @@ async def create_container(
     )
     await prepare_long_term(svc, container)
     await store.ensure_container_index(svc.store)
-    if container_id is not None and await docs.get_doc(svc.store, CONTAINER_INDEX, container_id) is not None:
-        raise Conflict(f"memory container id '{container_id}' already exists")
+    if container_id is not None:
+        if await docs.get_doc(svc.store, CONTAINER_INDEX, container_id) is not None:
+            raise Conflict(f"memory container id '{container_id}' already exists")
+        # A caller-chosen id may have been used before: whatever a deleted predecessor left behind (a delete
+        # that kept its memories, or one interrupted half-way) must not come back with the new container.
+        await _purge_everything_of(svc, container_id)
     await create_memory_indices(svc, container, MEMORY_TYPES)
     try:
         result = await docs.index_doc(
@@ -202,7 +207,11 @@ async def delete_container(
 
     ``delete_memory_types`` / ``delete_all_memories`` delete whole indices as ml-commons does (refused with
     409 when another container shares the prefix). ``purge_memories`` (memproxy, used by GoodMem) instead
-    deletes this container's documents from every index it uses, which is safe on shared indices.
+    deletes this container's documents from every index it uses, which is safe on shared indices; a
+    container that is a GoodMem space (it has a ``goodmem`` object) is always purged, whichever API deletes
+    it; in any other container the GoodMem chunks (long-term documents with a ``memory_id``) go, so no chunk
+    outlives its memory record. Its GoodMem memory records and grants always go, and the read caches forget
+    it (and every cached permission) before this returns.
     """
     container = await get_container(svc, container_id)
     types = list(MEMORY_TYPES) if delete_all_memories else [parse_memory_type(t) for t in delete_memory_types]
@@ -212,25 +221,44 @@ async def delete_container(
             f"'{container.index_prefix}'. Please delete the container without index deletion, or use "
             "delete_by_query API for data cleanup."
         )
-    if purge_memories:
+    if purge_memories or container.goodmem is not None:
         for memory_type in MEMORY_TYPES:
             index = container.index_name(memory_type)
             if index is not None:
                 await docs.delete_by_query(
                     svc.store, index, MatchAll(), container_id=container.id, ignore_missing=True
                 )
+    elif (long_term := container.index_name("long-term")) is not None:
+        # ml-commons keeps a deleted container's memories; GoodMem chunks go with their records (below).
+        await docs.delete_by_query(
+            svc.store, long_term, Exists("memory_id"), container_id=container.id, ignore_missing=True
+        )
     result = await docs.delete_doc(svc.store, CONTAINER_INDEX, container_id, refresh=True)
     svc.caches.containers.invalidate(container_id)
     svc.caches.access_changed()
     # The container is also a GoodMem space, whichever API deletes it: its memory records and grants go
     # with it, or they would linger unreachable in GoodMem's indices.
-    for index, key in ((goodmem_docs.MEMORIES, "space_id"), (goodmem_docs.GRANTS, "resource_id")):
-        await docs.delete_by_query(svc.store, index, Term(key, container_id), ignore_missing=True)
+    await _purge_goodmem_documents(svc, container_id)
     for memory_type in dict.fromkeys(types):
         index = container.index_name(memory_type)
         if index is not None:
             await store.delete_index(svc.store, index)
     return result
+
+
+async def _purge_goodmem_documents(svc: Services, container_id: str) -> None:
+    """The space's GoodMem memory records and the grants on it; the caches forget both."""
+    for index, key in ((goodmem_docs.MEMORIES, "space_id"), (goodmem_docs.GRANTS, "resource_id")):
+        await docs.delete_by_query(svc.store, index, Term(key, container_id), ignore_missing=True)
+    svc.caches.containers.invalidate(container_id)
+    svc.caches.access_changed()
+
+
+async def _purge_everything_of(svc: Services, container_id: str) -> None:
+    """Every document that names ``container_id``: memories of every type in every memory index (any
+    prefix), GoodMem memory records and grants; and what the caches remember of it."""
+    await store.purge_container_documents(svc.store, container_id)
+    await _purge_goodmem_documents(svc, container_id)
 
 
 # --- search / list ---------------------------------------------------------------------------------
@@ -241,7 +269,9 @@ async def search_containers(
 ) -> dict[str, Any]:
     """ml-commons container ``_search`` of the caller's Search DSL body: the node's response (with
     ``_version``/``_seq_no`` on every hit); an empty one before the first container exists. ``only_ids``
-    (a caller who may not see every container) narrows it inside the query, so paging stays exact."""
+    (a caller who may not see every container) narrows it inside the query, so paging stays exact. Scripts
+    in the body are refused unless ``--allow-scripts`` (:func:`proxy.core.search.refuse_scripts`)."""
+    refuse_scripts(svc, body)
     try:
         return await store.search_containers(svc.store, body, only_ids=only_ids)
     except IndexMissing:

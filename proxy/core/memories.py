@@ -15,6 +15,7 @@ from typing import Any
 from proxy.core.clock import now_ms
 from proxy.core.container_record import Container
 from proxy.core.longterm import embed_texts
+from proxy.core.search import refuse_scripts
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, Forbidden, MemproxyError, NotFound
 from proxy.store import memories as docs
@@ -343,7 +344,8 @@ async def search_memories(
     svc: Services, container: Container, memory_type: str, body: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The type's ``_search`` of the caller's Search DSL body, scoped to the container the way ml-commons
-    scopes it, ``neural`` clauses embedded here; the node's response."""
+    scopes it, ``neural`` clauses embedded here; the node's response. Scripts anywhere in the body are
+    refused unless ``--allow-scripts``."""
     index = container.index_name(memory_type)
     if index is None:
         raise MemproxyError(
@@ -356,6 +358,7 @@ async def search_memories(
         raise BadRequest(
             "[query] query malformed, no start_object after query name", os_type="parsing_exception"
         )
+    refuse_scripts(svc, body)
     vectors = await _neural_vectors(svc, container, query)
     try:
         return await searches.ml_search(
@@ -368,10 +371,12 @@ async def search_memories(
 async def delete_by_query(
     svc: Services, container: Container, memory_type: str, selection: Filter
 ) -> dict[str, Any]:
-    """The node's ``_delete_by_query`` result for ``selection`` within this container (refresh=true)."""
+    """The node's ``_delete_by_query`` result for ``selection`` within this container (refresh=true);
+    scripts in the caller's query are refused unless ``--allow-scripts``."""
     index = container.index_name(memory_type)
     if index is None:
         raise BadRequest(
             f"Invalid memory type or memory type is disabled: {memory_type}", os_type="status_exception"
         )
+    refuse_scripts(svc, selection)
     return await docs.delete_by_query(svc.store, index, selection, container_id=container.id, refresh=True)

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.store.client import IndexExists, IndexMissing, Store, url
-from proxy.store.memories import count, search
+from proxy.store.memories import count, delete_by_query_deadline, search
 from proxy.store.query import Filter, Term
-from proxy.store.query_dsl import compile_filter
+from proxy.store.query_dsl import compile_filter, container_term
 from proxy.store.search import ml_search
 from proxy.store.templates import render_index_body
 
@@ -29,6 +29,7 @@ __all__ = [
     "get_index_meta",
     "index_exists",
     "list_containers",
+    "purge_container_documents",
     "put_mapping",
     "render_memory_index",
     "search_containers",
@@ -113,6 +114,33 @@ def render_memory_index(
     if meta:
         body.setdefault("mappings", {}).setdefault("_meta", {}).update(meta)
     return body
+
+
+# Every memory index of every container, whatever its prefix (system indices need expand_wildcards=all).
+MEMORY_INDEX_PATTERN = ",".join(
+    f"{prefix}-memory-{kind}"
+    for kind in ("long-term", "working", "sessions", "history")
+    for prefix in (".plugins-ml-am-*", "*")
+)
+
+
+async def purge_container_documents(store: Store, container_id: str) -> int:
+    """Delete every document of container ``container_id`` from every memory index of every prefix
+    (refreshed); how many. A container id reused after a delete must find nothing of its predecessor."""
+    res = await store.request(
+        "POST",
+        url(MEMORY_INDEX_PATTERN, "_delete_by_query"),
+        body={"query": container_term(container_id)},
+        params={
+            "refresh": "true",
+            "conflicts": "proceed",
+            "expand_wildcards": "all",
+            "ignore_unavailable": "true",
+            "allow_no_indices": "true",
+            **delete_by_query_deadline(store),
+        },
+    )
+    return int(res.get("deleted", 0))
 
 
 # --- the container index's searches ----------------------------------------------------------------

@@ -18,8 +18,8 @@ from proxy.errors import Conflict
 from proxy.filters import render_metadata_mapping
 from proxy.store.client import OpenSearchError, Store, url
 from proxy.store.containers import CONTAINER_INDEX
-from proxy.store.memories import bulk
-from proxy.store.query import Exists, Filter, Not, Or, Term, all_of
+from proxy.store.memories import bulk, delete_by_query_deadline, search
+from proxy.store.query import Exists, Filter, Not, Or, Term, Terms, all_of
 from proxy.store.query_dsl import compile_filter
 from proxy.store.templates import render_index_body
 
@@ -101,6 +101,8 @@ class GoodMemIndices:
         self.store = store
         self._ensured: set[str] = set()
         self._lock = asyncio.Lock()
+        # When the core's periodic upkeep last ran in this process (monotonic seconds, by job name).
+        self.maintenance: dict[str, float] = {}
 
     async def ensure(self, index: str) -> None:
         """Create ``index`` from its template once per process; extend the mapping of an existing one."""
@@ -166,13 +168,13 @@ class GoodMemIndices:
             raise
 
     async def create_many(
-        self, index: str, docs: Sequence[tuple[str, Mapping[str, Any]]]
+        self, index: str, docs: Sequence[tuple[str, Mapping[str, Any]]], *, refresh: bool = True
     ) -> list[dict[str, Any]]:
-        """Create documents (id, source) in one refreshed ``_bulk``; each one's outcome (``status``,
-        ``error``) in order."""
+        """Create documents (id, source) in one ``_bulk``; each one's outcome (``status``, ``error``, and
+        ``_seq_no``/``_primary_term`` when created) in order."""
         await self.ensure(index)
         res = await bulk(
-            self.store, [("create", index, doc_id, dict(src)) for doc_id, src in docs], refresh=True
+            self.store, [("create", index, doc_id, dict(src)) for doc_id, src in docs], refresh=refresh
         )
         return [next(iter(item.values())) for item in res.get("items", [])]
 
@@ -212,7 +214,7 @@ class GoodMemIndices:
             body["sort"] = [{name: "asc"} for name in sort]
         if fields is not None:
             body["_source"] = list(fields)
-        return _hits(await self.store.request("POST", url(index, "_search"), body=body))
+        return _hits(await search(self.store, index, body))
 
     async def count(self, index: str, where: Filter) -> int:
         await self.ensure(index)
@@ -226,7 +228,7 @@ class GoodMemIndices:
             "POST",
             url(index, "_delete_by_query"),
             body={"query": _query(where)},
-            params={"refresh": "true", "conflicts": "proceed"},
+            params={"refresh": "true", "conflicts": "proceed", **delete_by_query_deadline(self.store)},
         )
         return int(res.get("deleted", 0))
 
@@ -281,10 +283,10 @@ class GoodMemIndices:
                 excludes.append("original_content_b64")
             body["_source"] = {"excludes": excludes}
         indices = [MEMORIES, long_term_index] if long_term_index else [MEMORIES]
-        res = await self.store.request(
-            "POST",
-            url(",".join(indices), "_search"),
-            body=body,
+        res = await search(
+            self.store,
+            ",".join(indices),
+            body,
             params={"ignore_unavailable": "true", "expand_wildcards": "all"},
         )
         return _hits(res)
@@ -305,12 +307,46 @@ class GoodMemIndices:
             },
         }
         try:
-            res = await self.store.request(
-                "POST", url(LONG_TERM_PATTERN, "_search"), body=body, params=_WILDCARD_PARAMS
-            )
+            res = await search(self.store, LONG_TERM_PATTERN, body, params=_WILDCARD_PARAMS)
         except OpenSearchError:
             return {}
         return {h["_id"]: h["_source"] for h in _hits(res)}
+
+    async def taken_by_long_term(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` name a long-term document of any container, as its id or as the ``memory_id`` of
+        a chunk. A failed search raises: an id is taken until shown free."""
+        if not ids:
+            return set()
+        wanted = list(dict.fromkeys(ids))
+        body = {
+            # Hits: documents whose id is wanted (one per index at most); the aggregation: chunk owners.
+            "size": min(10_000, 10 * len(wanted)),
+            "_source": False,
+            "query": _query(Or((Terms("_id", tuple(wanted)), Terms("memory_id", tuple(wanted))))),
+            "post_filter": _query(Terms("_id", tuple(wanted))),
+            "aggs": {"owners": {"terms": {"field": "memory_id", "include": wanted, "size": len(wanted)}}},
+        }
+        res = await search(self.store, LONG_TERM_PATTERN, body, params=_WILDCARD_PARAMS)
+        owners = res.get("aggregations", {}).get("owners", {}).get("buckets", [])
+        found = {str(h["_id"]) for h in _hits(res)} | {str(b["key"]) for b in owners}
+        return found & set(wanted)
+
+    async def delete_chunks_of(self, memory_ids: Sequence[str]) -> int:
+        """Delete the chunks of these GoodMem memories from every long-term index (refreshed); how many."""
+        if not memory_ids:
+            return 0
+        res = await self.store.request(
+            "POST",
+            url(LONG_TERM_PATTERN, "_delete_by_query"),
+            body={"query": _query(Terms("memory_id", tuple(memory_ids)))},
+            params={
+                **_WILDCARD_PARAMS,
+                "refresh": "true",
+                "conflicts": "proceed",
+                **delete_by_query_deadline(self.store),
+            },
+        )
+        return int(res.get("deleted", 0))
 
     async def containers_using_embedder(self, embedder_id: str) -> int:
         """How many containers (spaces) embed with ``embedder_id`` first; 0 when that cannot be told."""

@@ -30,12 +30,37 @@ __all__ = [
     "bulk",
     "count",
     "delete_by_query",
+    "delete_by_query_deadline",
     "delete_doc",
     "get_doc",
     "index_doc",
     "search",
+    "search_deadline",
     "update_doc",
 ]
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def search_deadline(store: Store) -> dict[str, str]:
+    """The parameters every search memproxy sends carries (``--search-timeout-s``): ``timeout`` (the node
+    stops collecting and answers what it has, ``timed_out: true``) and ``cancel_after_time_interval`` (the
+    node cancels the search task, so nothing keeps running after memproxy has answered). Empty when the
+    setting is 0 or the store has no settings (test doubles)."""
+    seconds = getattr(getattr(store, "settings", None), "search_timeout_s", None)
+    if not seconds or seconds <= 0:
+        return {}
+    value = _duration(float(seconds))
+    return {"timeout": value, "cancel_after_time_interval": value}
+
+
+def delete_by_query_deadline(store: Store) -> dict[str, str]:
+    """``_delete_by_query`` takes no ``cancel_after_time_interval``; its scroll searches get
+    ``search_timeout`` instead."""
+    seconds = getattr(getattr(store, "settings", None), "search_timeout_s", None)
+    return {"search_timeout": _duration(float(seconds))} if seconds and seconds > 0 else {}
 
 
 def _refresh(refresh: bool | str) -> str:
@@ -147,11 +172,19 @@ async def bulk(store: Store, ops: Iterable[BulkOp], *, refresh: bool | str = Tru
 async def search(
     store: Store, index: str, body: Mapping[str, Any], *, params: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """One ``_search`` with a body the store built (:mod:`proxy.store.query_dsl`); the node's answer.
-    :mod:`proxy.store.search` runs the searches of the core."""
-    result: dict[str, Any] = await store.request(
-        "POST", url(index, "_search"), body=dict(body), params=dict(params or {})
-    )
+    """One ``_search`` of ``index`` (an index expression: a name, a pattern, a comma-separated list) with a
+    body the store built (:mod:`proxy.store.query_dsl`); the node's answer. Every search memproxy sends goes
+    through here and carries :func:`search_deadline`: ``timeout`` in the body (opensearch-py would take a
+    ``timeout`` parameter for its own), ``cancel_after_time_interval`` as a parameter; a caller's own body
+    ``timeout`` is replaced. :mod:`proxy.store.search` runs the searches of the core."""
+    deadline = search_deadline(store)
+    sent = dict(body)
+    if "timeout" in deadline:
+        sent["timeout"] = deadline["timeout"]
+    query = {**(params or {})}
+    if "cancel_after_time_interval" in deadline:
+        query["cancel_after_time_interval"] = deadline["cancel_after_time_interval"]
+    result: dict[str, Any] = await store.request("POST", url(index, "_search"), body=sent, params=query)
     return result
 
 
@@ -180,7 +213,7 @@ async def delete_by_query(
     query = compile_filter(selection) or {"match_all": {}}
     if container_id is not None:
         query = {"bool": {"must": [query], "filter": [container_term(container_id)]}}
-    params = {"refresh": _refresh(refresh), "conflicts": "proceed"}
+    params = {"refresh": _refresh(refresh), "conflicts": "proceed", **delete_by_query_deadline(store)}
     if ignore_missing:
         params.update({"ignore_unavailable": "true", "allow_no_indices": "true"})
     result: dict[str, Any] = await store.request(

@@ -22,6 +22,7 @@ __all__ = [
     "HYBRID_TOTAL",
     "LONG_TERM_WITHOUT_STRATEGIES",
     "QUERY_PARSE_ERROR",
+    "SCRIPTS_REFUSED",
     "UPDATE_ERRORS_4XX",
     "WORKING_SESSION_ID_FIELD",
 ]
@@ -216,6 +217,23 @@ QUERY_PARSE_ERROR = Deviation(
     _query_parse_error,
 )
 
+
+def _scripts_refused(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200
+    status, etype, reason = _error(mp)
+    assert (status, etype) == (400, "illegal_argument_exception")
+    assert "--allow-scripts" in reason and "[script]" in reason
+
+
+SCRIPTS_REFUSED = Deviation(
+    "scripts-refused",
+    "A script anywhere in a caller's Query DSL (`_search` body, `_delete_by_query` query, semantic/hybrid "
+    "`filter`, container `_search`) is refused with 400 `illegal_argument_exception` naming it and "
+    "`--allow-scripts`, unless memproxy runs with `--allow-scripts true`; ml-commons 3.6 runs it on the "
+    "node.",
+    _scripts_refused,
+)
+
 DEVIATION_LIST: list[Deviation] = [
     EFFICIENT_FILTERING,
     LONG_TERM_WITHOUT_STRATEGIES,
@@ -227,4 +245,5 @@ DEVIATION_LIST: list[Deviation] = [
     CONTAINER_UPDATE_REFRESHES,
     WORKING_SESSION_ID_FIELD,
     DELETE_BY_QUERY_PROCEEDS,
+    SCRIPTS_REFUSED,
 ]

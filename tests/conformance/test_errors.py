@@ -16,6 +16,7 @@ from tests.conformance.deviations import (
     DIMENSION_CHECKED,
     LONG_TERM_WITHOUT_STRATEGIES,
     QUERY_PARSE_ERROR,
+    SCRIPTS_REFUSED,
     UPDATE_ERRORS_4XX,
 )
 from tests.conformance.sides import MC, SEMANTIC, Side, both, new_prefix
@@ -87,6 +88,8 @@ ROWS: list[tuple[str, str, str, Any]] = [
     ("update history", "PUT", "/{smart}/memories/history/x", {"memory": "x"}),
     ("search no body", "POST", "/{plain}/memories/working/_search", None),
     ("search bad query", "POST", "/{plain}/memories/working/_search", {"query": {"no_such_query": {}}}),
+    ("search with a script", "POST", "/{plain}/memories/working/_search",
+     {"query": {"script": {"script": {"source": "return true;"}}}}),
     ("delete by query no query", "POST", "/{plain}/memories/working/_delete_by_query", {}),
     ("delete by query no body", "POST", "/{plain}/memories/working/_delete_by_query", None),
     ("delete by query type disabled", "POST", "/{plain}/memories/long-term/_delete_by_query",
@@ -144,6 +147,7 @@ def test_error_catalogue(error_traces: tuple[Trace, Trace]) -> None:
         "add memory no body": ADD_MEMORY_EMPTY_BODY,
         "update unknown strategy": UPDATE_ERRORS_4XX,
         "search bad query": QUERY_PARSE_ERROR,
+        "search with a script": SCRIPTS_REFUSED,
         "create dimension mismatch": DIMENSION_CHECKED,
         "indices of embedded": LONG_TERM_WITHOUT_STRATEGIES,
         "semantic without strategies": LONG_TERM_WITHOUT_STRATEGIES,

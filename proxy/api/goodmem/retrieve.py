@@ -210,9 +210,10 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
 
     async def run() -> web.StreamResponse:
         plan = await prepare()
+        spaces = {item.memory_id: item.space_id for item in plan.items}
 
         async def loader(ids: list[str]) -> Mapping[str, MemoryRecord]:
-            return await retrieval.load(ids)
+            return await retrieval.load(ids, spaces)
 
         await stream.open()
         await _stream(stream, retrieval_events(plan, loader, deadline=deadline))

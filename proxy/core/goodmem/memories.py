@@ -1,16 +1,30 @@
 """GoodMem memories: create (single and batch), get, batch get, delete, and record lookup.
 
-Processing is synchronous: create chunks the text, embeds every chunk and stores them (one ``_bulk``,
-refreshed) before the record is written, so a memory is ``COMPLETED`` and retrievable when create returns.
-Nothing is half-stored: if embedding or the chunk write fails no record is written; if the record write fails
-the chunks are deleted again. Records live in ``memproxy-goodmem-memories``; chunks are the space's long-term
-documents.
+Processing is synchronous, and a write is atomic from the client's view (docs/security.md, "Stored data"):
+
+1. every request is chunked and its memory id checked: a client-chosen ``memoryId`` that is taken anywhere
+   (another record, in any space, or a long-term document or chunk of any container) is 409, so an id can
+   never stand for two memories;
+2. the records are created ``PROCESSING`` (``op_type=create``: the id is reserved atomically, and the intent
+   is durable before any chunk exists), tagged with the write's id;
+3. the chunks are embedded and stored (one refreshed ``_bulk``, all or nothing);
+4. each record becomes ``COMPLETED`` only if it is still the version step 2 wrote (a clean-up that claimed
+   it meanwhile wins), refreshed; then the answer is 2xx.
+
+So no chunk ever exists without its record, and a 2xx means record and chunks are stored. A write that fails
+after step 2 is settled at once (``proxy.core.goodmem.rollback``): rolled back, chunks first (by their ids),
+then the records that carry its write id (conditionally); or, when all of it turns out to be stored (only an
+answer was lost), completed and answered 2xx. When the node cannot be reached, settling is retried in the
+background until it can.
+A proxy that dies mid-write leaves ``PROCESSING`` records, which any proxy rolls back once they are older
+than ``proxy.core.goodmem.rollback.ABANDONED_AFTER_MS``. Records live in
+``memproxy-goodmem-memories``; chunks are the space's long-term documents.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +35,22 @@ from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.metadata import index_metadata
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
+from proxy.core.goodmem.rollback import (
+    COMPLETED,
+    FAILED,
+    PROCESSING,
+    InterruptedWrite,
+    maybe_sweep,
+    roll_back,
+    roll_back_later,
+)
 from proxy.core.goodmem.spaces import get_space, space_chunking
 from proxy.core.identity import Principal, authorize_space
 from proxy.core.longterm import LongTermMemory, delete_long_term, write_long_term
-from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
+from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound, Unavailable
 from proxy.store.goodmem import MEMORIES
 from proxy.store.query import Term, Terms
+from proxy.store.versioned import Versioned, update_many
 
 __all__ = [
     "ItemResult",
@@ -43,6 +67,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _DUPLICATE = "A memory with this ID already exists"
+_UNSETTLED = (
+    "A memory with this ID is still being written, or rolled back after a failed write; retry shortly "
+    "(it then exists, 409, or is free)"
+)
 
 
 @dataclass
@@ -135,39 +163,24 @@ async def _prepare(
     return _Prepared(index, req, container, record, chunks, record.to_source(index_metadata(record.metadata)))
 
 
-async def _existing_ids(gm: GoodMem, ids: Sequence[str]) -> set[str]:
-    return set(await gm.docs.mget(MEMORIES, list(ids))) if ids else set()
-
-
-async def _undo_chunks(gm: GoodMem, container: Container, chunk_ids: Sequence[str]) -> None:
-    if not chunk_ids:
-        return
-    try:
-        await delete_long_term(gm.svc, container, ids=list(chunk_ids))
-    except Exception:  # the caller reports the original failure
-        log.exception("could not delete %d chunks of a failed memory create", len(chunk_ids))
+# --- create ----------------------------------------------------------------------------------------------
 
 
 async def create_memory(gm: GoodMem, principal: Principal, req: NewMemory) -> MemoryRecord:
-    """POST /v1/memories: chunk, embed and store; the COMPLETED record."""
+    """POST /v1/memories: chunk, embed and store; the COMPLETED record (see the module docstring)."""
     prepared = await _prepare(gm, principal, 0, req, now_ms())
-    if req.memory_id and await _existing_ids(gm, [req.memory_id]):
-        raise Conflict(_DUPLICATE)
-    await write_long_term(gm.svc, prepared.container, prepared.chunks, refresh=True)
-    try:
-        await gm.docs.put(
-            MEMORIES, prepared.record.memory_id, prepared.source, create=True, conflict_message=_DUPLICATE
-        )
-    except BaseException:
-        await _undo_chunks(gm, prepared.container, [str(c.id) for c in prepared.chunks])
-        raise
-    return prepared.record
+    results = [ItemResult(memory_id=req.memory_id)]
+    await _store(gm, [prepared], results)
+    if results[0].error is not None:
+        raise results[0].error
+    assert results[0].record is not None
+    return results[0].record
 
 
 def _as_error(exc: BaseException) -> MemproxyError:
     if isinstance(exc, MemproxyError):
         return exc
-    log.exception("batch item failed", exc_info=exc)
+    log.error("memory write failed", exc_info=exc)
     return MemproxyError("Internal server error")
 
 
@@ -187,20 +200,34 @@ async def batch_create_memories(
             prepared.append(await _prepare(gm, principal, i, item, now, spaces))
         except MemproxyError as exc:
             results[i] = ItemResult(error=exc, memory_id=item.memory_id)
-    existing = await _existing_ids(gm, [p.record.memory_id for p in prepared if p.request.memory_id])
-    for group in _by_space(_drop_duplicate_ids(prepared, results, existing)):
-        await _write_group(gm, group, results)
+    await _store(gm, prepared, results)
     return results
 
 
-def _drop_duplicate_ids(
-    prepared: list[_Prepared], results: list[ItemResult], existing: set[str]
-) -> list[_Prepared]:
+async def _store(gm: GoodMem, prepared: list[_Prepared], results: list[ItemResult]) -> None:
+    """Refuse taken ids, then write each space's group (module docstring, steps 2-4)."""
+    for group in _by_space(await _free_ids(gm, prepared, results)):
+        await _write_group(gm, group, results)
+    maybe_sweep(gm)
+
+
+async def _free_ids(gm: GoodMem, prepared: list[_Prepared], results: list[ItemResult]) -> list[_Prepared]:
+    """The items whose id is free: a client-chosen id named twice in the request, or already naming a
+    record (any space) or a long-term document or chunk (any container), is 409. Server ids are fresh."""
+    chosen = [p.record.memory_id for p in prepared if p.request.memory_id]
+    records: dict[str, dict[str, Any]] = {}
+    taken: set[str] = set()
+    if chosen:
+        records = await gm.docs.mget(MEMORIES, chosen)
+        taken = set(records) | await gm.docs.taken_by_long_term(chosen)
     seen: set[str] = set()
     keep: list[_Prepared] = []
     for p in prepared:
         mid = p.record.memory_id
-        if mid in existing or mid in seen:
+        if records.get(mid, {}).get("processing_status") in (PROCESSING, FAILED):
+            results[p.index] = ItemResult(error=Unavailable(_UNSETTLED), memory_id=mid)
+            continue
+        if mid in taken or mid in seen:
             results[p.index] = ItemResult(error=Conflict(_DUPLICATE), memory_id=mid)
             continue
         seen.add(mid)
@@ -215,47 +242,113 @@ def _by_space(prepared: Iterable[_Prepared]) -> list[list[_Prepared]]:
     return list(groups.values())
 
 
+def _fail(group: Iterable[_Prepared], results: list[ItemResult], exc: BaseException) -> None:
+    err = _as_error(exc)
+    for p in group:
+        results[p.index] = ItemResult(error=err, memory_id=p.record.memory_id)
+
+
+def _item_error(item: Mapping[str, Any], fallback: str) -> MemproxyError:
+    status = int(item.get("status", 500))
+    if status == 409:
+        return Conflict(_DUPLICATE)
+    return MemproxyError(str((item.get("error") or {}).get("reason") or fallback))
+
+
+def _interrupted(container: Container, group: Sequence[_Prepared], write: str) -> InterruptedWrite:
+    return InterruptedWrite(
+        container=container,
+        write_id=write,
+        memory_ids=tuple(p.record.memory_id for p in group),
+        chunk_ids=tuple(str(c.id) for p in group for c in p.chunks),
+    )
+
+
 async def _write_group(gm: GoodMem, group: list[_Prepared], results: list[ItemResult]) -> None:
-    """Chunks of one space in one write; then the records in one bulk; failed records lose their chunks."""
+    """Steps 2-4 of the module docstring for the items of one space."""
     container = group[0].container
-    chunks = [c for p in group for c in p.chunks]
+    write = new_id()
+    for p in group:
+        p.source.update(processing_status=PROCESSING, write_id=write)
+    # 2. The records, PROCESSING: the ids are reserved and the intent is durable before any chunk exists.
     try:
-        await write_long_term(gm.svc, container, chunks, refresh=True)
+        created = await gm.docs.create_many(
+            MEMORIES, [(p.record.memory_id, p.source) for p in group], refresh=False
+        )
     except BaseException as exc:
-        err = _as_error(exc)
-        for p in group:
-            results[p.index] = ItemResult(error=err, memory_id=p.record.memory_id)
+        roll_back_later(gm, _interrupted(container, group, write))  # which records landed is unknown
         if not isinstance(exc, Exception):
             raise
+        _fail(group, results, exc)
         return
+    live: list[tuple[_Prepared, Versioned]] = []
+    for p, item in zip(group, created, strict=True):
+        if int(item.get("status", 500)) < 300:
+            live.append(
+                (p, Versioned(p.record.memory_id, {}, item.get("_seq_no"), item.get("_primary_term")))
+            )
+        else:
+            results[p.index] = ItemResult(
+                error=_item_error(item, "Failed to store the memory"), memory_id=p.record.memory_id
+            )
+    if not live:
+        return
+    stored = [p for p, _ in live]
+    # 3. The chunks (all or nothing), refreshed so the memories are retrievable once COMPLETED.
     try:
-        items = await gm.docs.create_many(MEMORIES, [(p.record.memory_id, p.source) for p in group])
+        await write_long_term(gm.svc, container, [c for p in stored for c in p.chunks], refresh=True)
+        # 4. COMPLETED, each only if still the version step 2 wrote.
+        done = await update_many(gm.store, MEMORIES, [(v, {"processing_status": COMPLETED}) for _, v in live])
     except Exception as exc:
-        items = [{"status": getattr(exc, "status", 500), "error": {"reason": str(exc)}} for _ in group]
-    for p, item in zip(group, items, strict=True):
-        status = int(item.get("status", 500))
-        if status < 300:
+        if not await roll_back(gm, _interrupted(container, stored, write)):
+            _fail(stored, results, exc)
+            return
+        done = [{"status": 200} for _ in stored]  # all of it was stored after all: only an answer was lost
+    except BaseException:  # cancelled (the client went away): settle without holding up the cancellation
+        roll_back_later(gm, _interrupted(container, stored, write))
+        raise
+    lost: list[_Prepared] = []
+    for p, item in zip(stored, done, strict=True):
+        if int(item.get("status", 500)) < 300:
             results[p.index] = ItemResult(record=p.record)
-            continue
-        await _undo_chunks(gm, container, [str(c.id) for c in p.chunks])
-        failure: MemproxyError = (
-            Conflict(_DUPLICATE)
-            if status == 409
-            else MemproxyError(str((item.get("error") or {}).get("reason") or "Failed to store the memory"))
-        )
-        results[p.index] = ItemResult(error=failure, memory_id=p.record.memory_id)
+        else:  # deleted or claimed by a clean-up meanwhile
+            lost.append(p)
+            results[p.index] = ItemResult(
+                error=MemproxyError("The memory was removed while it was being stored"),
+                memory_id=p.record.memory_id,
+            )
+    if lost:
+        await roll_back(gm, _interrupted(container, lost, write))
 
 
-async def get_memory_records(gm: GoodMem, memory_ids: Sequence[str]) -> dict[str, MemoryRecord]:
+# --- read and delete ---------------------------------------------------------------------------------------
+
+
+async def get_memory_records(
+    gm: GoodMem, memory_ids: Sequence[str], *, spaces: Mapping[str, str] | None = None
+) -> dict[str, MemoryRecord]:
     """Records by id; an id with no record that names an OpenSearch-API long-term memory yields that memory
-    (one chunk). Ids found nowhere are absent from the result."""
+    (one chunk). Ids found nowhere are absent from the result.
+
+    ``spaces`` (memory id → the space a chunk of it was found in, as retrieve knows): a record or long-term
+    memory of any other space is left out, so nothing stored in one space can stand in for a memory of
+    another, whatever ids a writer managed to give it."""
     ids = list(dict.fromkeys(memory_ids))
-    found = {mid: MemoryRecord.from_source(src) for mid, src in (await gm.docs.mget(MEMORIES, ids)).items()}
+
+    def in_place(mid: str, space_id: str) -> bool:
+        return spaces is None or spaces.get(mid) == space_id
+
+    found = {
+        mid: record
+        for mid, src in (await gm.docs.mget(MEMORIES, ids)).items()
+        if in_place(mid, (record := MemoryRecord.from_source(src)).space_id)
+    }
     missing = [i for i in ids if i not in found]
     if missing:
         root = await gm.instance.root_user_id()
         for doc_id, src in (await gm.docs.long_term_without_record(missing)).items():
-            found[doc_id] = record_from_long_term(doc_id, src, owner_id=root)
+            if in_place(doc_id, str(src.get("memory_container_id") or "")):
+                found[doc_id] = record_from_long_term(doc_id, src, owner_id=root)
     return found
 
 

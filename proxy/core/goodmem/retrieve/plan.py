@@ -138,9 +138,12 @@ class Retriever:
     async def search(self, search: VectorSearch) -> list[Hit]:
         return await semantic_search(self.gm.svc, search)
 
-    async def load(self, memory_ids: list[str]) -> dict[str, MemoryRecord]:
-        """The records of the memories that exist, by id (``memoryDefinition`` payloads while streaming)."""
-        return await get_memory_records(self.gm, memory_ids)
+    async def load(
+        self, memory_ids: list[str], spaces: Mapping[str, str] | None = None
+    ) -> dict[str, MemoryRecord]:
+        """The records of the memories that exist, by id (``memoryDefinition`` payloads while streaming);
+        ``spaces`` (memory id → the space its chunk came from) leaves out a record of any other space."""
+        return await get_memory_records(self.gm, memory_ids, spaces=spaces)
 
     # --- planning ---------------------------------------------------------------------------------------
 
