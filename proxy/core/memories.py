@@ -91,6 +91,8 @@ class AddMemoryRequest:
     tags: dict[str, str] | None = None
     infer: bool = False
     parameters: dict[str, Any] | None = None
+    # The caller's name, as ml-commons records it with the security plugin; None without authentication.
+    owner_id: str | None = None
 
 
 def _working_doc(
@@ -100,6 +102,8 @@ def _working_doc(
     doc: dict[str, Any] = {}
     if namespace and namespace.get("session_id"):
         doc["session_id"] = namespace["session_id"]
+    if req.owner_id is not None:
+        doc["owner_id"] = req.owner_id
     doc["memory_container_id"] = container.id
     doc["payload_type"] = req.payload_type
     optional = (
@@ -136,13 +140,13 @@ async def add_memory(svc: Services, container: Container, req: AddMemoryRequest)
     if sessions_index is not None and not session_id and req.payload_type == "conversational":
         if container.configuration.get("llm_id"):
             # ml-commons asks the LLM for a summary first; memproxy has none, so the session has no summary.
-            session_id = await _new_session(svc, container, sessions_index, namespace or {})
+            session_id = await _new_session(svc, container, sessions_index, namespace or {}, req.owner_id)
             namespace = {**(namespace or {}), "session_id": session_id}
     elif sessions_index is not None and session_id:
-        await _upsert_session(svc, container, sessions_index, session_id, namespace or {})
+        await _upsert_session(svc, container, sessions_index, session_id, namespace or {}, req.owner_id)
     result = await docs.index_doc(svc.store, index, _working_doc(container, req, namespace), refresh=True)
     if req.infer:
-        await _record_no_extraction(svc, container, namespace or {}, req.tags or {})
+        await _record_no_extraction(svc, container, namespace or {}, req.tags or {}, req.owner_id)
     response: dict[str, Any] = {}
     if namespace and namespace.get("session_id"):
         response["session_id"] = namespace["session_id"]
@@ -150,9 +154,16 @@ async def add_memory(svc: Services, container: Container, req: AddMemoryRequest)
     return response
 
 
-async def _new_session(svc: Services, container: Container, index: str, namespace: Mapping[str, str]) -> str:
+def _owned(owner_id: str | None) -> dict[str, Any]:
+    return {"owner_id": owner_id} if owner_id is not None else {}
+
+
+async def _new_session(
+    svc: Services, container: Container, index: str, namespace: Mapping[str, str], owner_id: str | None
+) -> str:
     now = now_ms()
     doc = {
+        **_owned(owner_id),
         "memory_container_id": container.id,
         "namespace": dict(namespace),
         "created_time": now,
@@ -163,11 +174,17 @@ async def _new_session(svc: Services, container: Container, index: str, namespac
 
 
 async def _upsert_session(
-    svc: Services, container: Container, index: str, session_id: str, namespace: Mapping[str, str]
+    svc: Services,
+    container: Container,
+    index: str,
+    session_id: str,
+    namespace: Mapping[str, str],
+    owner_id: str | None,
 ) -> None:
     """3.8: a client-chosen session gets a minimal document if it has none, and its time moves on."""
     now = now_ms()
     minimal = {
+        **_owned(owner_id),
         "memory_container_id": container.id,
         "namespace": dict(namespace),
         "created_time": now,
@@ -179,7 +196,11 @@ async def _upsert_session(
 
 
 async def _record_no_extraction(
-    svc: Services, container: Container, namespace: Mapping[str, str], tags: Mapping[str, str]
+    svc: Services,
+    container: Container,
+    namespace: Mapping[str, str],
+    tags: Mapping[str, str],
+    owner_id: str | None,
 ) -> None:
     """ml-commons writes an error history document when extraction fails; memproxy's extraction always does.
 
@@ -196,6 +217,7 @@ async def _record_no_extraction(
             continue
         scoped = {k: namespace[k] for k in keys}
         doc = {
+            **_owned(owner_id),
             "memory_container_id": container.id,
             "created_time": now,
             "namespace": scoped,
@@ -218,6 +240,7 @@ class CreateSessionRequest:
     additional_info: dict[str, Any] | None = None
     namespace: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    owner_id: str | None = None
 
 
 async def create_session(svc: Services, container: Container, req: CreateSessionRequest) -> dict[str, Any]:
@@ -226,7 +249,7 @@ async def create_session(svc: Services, container: Container, req: CreateSession
     if index is None:
         raise BadRequest("Session is disabled for this container", os_type="status_exception")
     now = now_ms()
-    doc: dict[str, Any] = {"memory_container_id": container.id}
+    doc: dict[str, Any] = {**_owned(req.owner_id), "memory_container_id": container.id}
     if req.summary is not None:
         doc["summary"] = req.summary
     doc["created_time"] = now

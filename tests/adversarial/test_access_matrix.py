@@ -269,6 +269,12 @@ def test_positive_controls(world: World) -> None:
                     continue  # a GoodMem memory's id names its record, not a long-term document
                 resp = send(w.proxy_url, method, path, body, a)
                 assert resp.status_code < 300, (method, path, resp.status_code, resp.text[:300])
+    # ml-commons records the writer of every memory document as its owner_id (the security plugin's name).
+    container = w.victims[1]
+    got = send(
+        w.proxy_url, "GET", f"{MC}/{container.container_id}/memories/long-term/{container.memory_id}", None, a
+    )
+    assert got.json()["owner_id"] == w.alice.user_id, got.text
     v = w.victims[0]
     grant = w.admin.post(
         "/v1/access-policy/grants",

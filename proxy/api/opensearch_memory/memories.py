@@ -26,6 +26,7 @@ from proxy.api.opensearch_memory.lenient import (
     scalar_string_map,
     token_error,
 )
+from proxy.app_keys import PRINCIPAL
 from proxy.core import memories as core
 from proxy.core.configuration import STRATEGY_TYPES
 from proxy.core.container_record import parse_memory_type
@@ -131,7 +132,13 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _add_memory_request(body: dict[str, Any]) -> core.AddMemoryRequest:
+def _owner(request: web.Request) -> str | None:
+    """Whom ml-commons records as a written document's ``owner_id`` (the body's own is ignored)."""
+    who = request.get(PRINCIPAL)
+    return who.user_id if who is not None else None
+
+
+def _add_memory_request(body: dict[str, Any], owner_id: str | None) -> core.AddMemoryRequest:
     if body.get("pinned") is not None:
         raise BadRequest(core.PINNED_WORKING, os_type="status_exception")
     payload_type = "conversational"
@@ -154,6 +161,7 @@ def _add_memory_request(body: dict[str, Any]) -> core.AddMemoryRequest:
         tags=optional(body, "tags", coerce_string_map),
         infer=bool(optional(body, "infer", as_bool)),
         parameters=optional(body, "parameters", as_object),
+        owner_id=owner_id,
     )
 
 
@@ -164,7 +172,7 @@ async def add_memory(request: web.Request) -> web.Response:
         raise BadRequest("Add memory request has empty body")
     if not isinstance(raw, dict):
         raise token_error("START_OBJECT", raw)
-    req = _add_memory_request(raw)
+    req = _add_memory_request(raw, _owner(request))
     # ml-commons lets a body memory_container_id override the path.
     container_id = optional(raw, "memory_container_id", as_str)
     container = await load_container(request, container_id)
@@ -180,6 +188,7 @@ async def create_session(request: web.Request) -> web.Response:
         agents=optional(body, "agents", as_object),
         additional_info=optional(body, "additional_info", as_object),
         namespace=optional(body, "namespace", scalar_string_map),
+        owner_id=_owner(request),
     )
     container = await load_container(request)
     return json_response(await core.create_session(services(request), container, req))
@@ -262,7 +271,7 @@ async def delete_by_query(request: web.Request) -> web.Response:
 # --- memproxy extension: write long-term memories without an LLM -----------------------------------
 
 
-def _long_term_memory(raw: Any) -> LongTermMemory:
+def _long_term_memory(raw: Any, owner_id: str | None) -> LongTermMemory:
     body = as_object(raw)
     text = body.get("memory")
     if text is None or not as_str(text).strip():
@@ -281,13 +290,14 @@ def _long_term_memory(raw: Any) -> LongTermMemory:
         strategy_type=strategy_type,
         strategy_id=optional(body, "strategy_id", as_str),
         metadata=optional(body, "metadata", as_object),
+        owner_id=owner_id,
     )
 
 
 async def add_long_term(request: web.Request) -> web.Response:
     """``POST …/memories/long-term/_memproxy_add``: one memory → ``{"long_term_memory_id", "status"}``."""
     body = await object_body(request, "Add long-term memory request has empty body")
-    memory = _long_term_memory(body)
+    memory = _long_term_memory(body, _owner(request))
     container = await load_container(request)
     ids = await write_long_term(services(request), container, [memory])
     return json_response({"long_term_memory_id": ids[0], "status": "created"})
@@ -301,7 +311,7 @@ async def add_long_term_bulk(request: web.Request) -> web.Response:
         raise token_error("START_ARRAY", raw)
     if not raw or len(raw) > MAX_LONG_TERM_BATCH:
         raise BadRequest(f"memories must hold between 1 and {MAX_LONG_TERM_BATCH} memories")
-    memories = [_long_term_memory(item) for item in raw]
+    memories = [_long_term_memory(item, _owner(request)) for item in raw]
     container = await load_container(request)
     ids = await write_long_term(services(request), container, memories)
     return json_response({"long_term_memory_ids": ids, "status": "created"})

@@ -29,10 +29,10 @@ from proxy.core.goodmem.embedders import resolve_embedder
 from proxy.core.goodmem.ids import NIL_UUID, check_space_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
-from proxy.core.identity import Principal, authorize_space
+from proxy.core.identity import Principal, authorize_space, can_see, visible_space_ids
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
-from proxy.store.goodmem import GRANTS, USERS
-from proxy.store.query import And, Exists, Not, Or, Term
+from proxy.store.goodmem import USERS
+from proxy.store.query import Term
 
 __all__ = [
     "SORT_KEYS",
@@ -288,23 +288,6 @@ async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Spac
     return Space.of(container, await gm.instance.root_user_id())
 
 
-async def _visible_space_ids(gm: GoodMem, principal: Principal) -> tuple[set[str], bool]:
-    """Spaces granted to the caller (any operation), and whether an ANY grant covers every space."""
-    audience = Or((Term("principal_id", principal.user_id), Term("all_authenticated", True)))
-    hits = await gm.docs.search(
-        GRANTS, And((audience, Not(Exists("revoked_at")))), size=10_000, fields=("resource_id", "selector")
-    )
-    ids: set[str] = set()
-    any_space = False
-    for hit in hits:
-        src = hit["_source"]
-        if src.get("selector") == "ANY":
-            any_space = True
-        elif src.get("resource_id"):
-            ids.add(str(src["resource_id"]))
-    return ids, any_space
-
-
 async def _all_containers(gm: GoodMem) -> list[Container]:
     out: list[Container] = []
     after: list[Any] | None = None
@@ -323,15 +306,9 @@ async def list_spaces(gm: GoodMem, principal: Principal, query: SpaceQuery) -> P
     root = await gm.instance.root_user_id()
     spaces = await _all_containers(gm)
     if not principal.is_admin:
-        granted, any_space = await _visible_space_ids(gm, principal)
-        spaces = [
-            c
-            for c in spaces
-            if any_space
-            or _owner(c, root) == principal.user_id
-            or _gm(c).get("public_read")
-            or c.id in granted
-        ]
+        # The one visibility rule of both APIs (proxy.core.identity): owner, grant, publicRead, backend role.
+        granted = await visible_space_ids(gm, principal)
+        spaces = [c for c in spaces if await can_see(gm, principal, c, granted)]
     if query.owner_id:
         spaces = [c for c in spaces if _owner(c, root) == query.owner_id]
     if query.name_filter:
