@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from proxy.api.guards import install_quiet_request_handler
 from proxy.app import make_app
 from proxy.config import parse_settings
 
@@ -25,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # opensearch-py logs every call at INFO and every failed call with a traceback at WARNING; memproxy
     # reports what matters itself (an unreachable cluster is a 503, not a stack trace in the log).
     logging.getLogger("opensearch").setLevel(logging.ERROR)
+    install_quiet_request_handler()  # a bare 400 for a request aiohttp cannot parse (proxy.api.guards)
     web.run_app(
         make_app(settings),
         loop=_new_loop(settings.event_loop),

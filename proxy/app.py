@@ -14,6 +14,7 @@ from aiohttp import web
 
 from proxy.api import goodmem, health, openai, opensearch_memory
 from proxy.api.errors import error_middleware
+from proxy.api.guards import input_guard_middleware
 from proxy.api.identity import identity_middleware, log_auth_mode
 from proxy.api.passthrough import passthrough
 from proxy.app_keys import EMBEDDERS, IDENTITY, SERVICES, SETTINGS, STARTED_AT, STORE
@@ -68,10 +69,12 @@ async def _identity_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 def make_app(settings: Settings) -> web.Application:
-    # The error middleware is outermost, so the identity middleware's refusals are rendered in each API's
-    # shape; identity runs before every handler, the pass-through catch-all included.
+    # The error middleware is outermost, so every refusal below it is rendered in its API's shape; the input
+    # guard refuses unreadable headers and oversized bodies before identity looks anything up; identity runs
+    # before every handler, the pass-through catch-all included.
     app = web.Application(
-        middlewares=[error_middleware, identity_middleware], client_max_size=settings.max_body_bytes
+        middlewares=[error_middleware, input_guard_middleware, identity_middleware],
+        client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[STARTED_AT] = time.monotonic()

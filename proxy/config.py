@@ -88,6 +88,7 @@ class Settings:
             max_batch_tokens=self.embed_max_batch_tokens,
             max_batch_size=self.embed_max_batch_size,
             max_queue=self.embed_max_queue,
+            caller_share=self.embed_caller_share,
         )
 
     def masked(self) -> dict[str, Any]:

@@ -9,13 +9,14 @@ its traceback and answered as a clean 500 in the caller's shape, never as a trac
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from proxy.api.body import DEFAULT_MAX_BODY_BYTES, body_too_large, dumps, utf8
+from proxy.app_keys import SETTINGS
 from proxy.errors import MemproxyError
 from proxy.store.client import OpenSearchError
 
@@ -26,6 +27,7 @@ __all__ = [
     "is_openai_path",
     "openai_error_body",
     "opensearch_error_body",
+    "render_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,12 +78,26 @@ def render_error(request: web.Request, exc: MemproxyError) -> web.Response:
         body = goodmem_error_body(exc)
     else:
         body = opensearch_error_body(exc)
+    # A node error relayed verbatim may quote a stored text with a lone surrogate: U+FFFD, never a 500.
     return web.Response(
         status=exc.status,
-        text=json.dumps(body, ensure_ascii=False),
+        body=utf8(dumps(body)),
         content_type="application/json",
+        charset="utf-8",
         headers=exc.headers or None,
     )
+
+
+def _from_aiohttp(request: web.Request, exc: web.HTTPException) -> MemproxyError:
+    """aiohttp's own refusal (a body over ``client_max_size``, say) as an error of the caller's API."""
+    if exc.status == 413:
+        settings = request.app.get(SETTINGS)
+        return body_too_large(settings.max_body_bytes if settings is not None else DEFAULT_MAX_BODY_BYTES)
+    keep = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+    error = MemproxyError(exc.text or exc.reason, headers=keep)
+    error.status = exc.status
+    error.os_type = "illegal_argument_exception" if exc.status < 500 else error.os_type
+    return error
 
 
 @web.middleware
@@ -89,12 +105,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except web.HTTPException as exc:
-        # aiohttp's own refusals (a body over client_max_size, say) are plain text; OpenAI clients parse JSON.
-        if exc.status < 400 or not is_openai_path(request.path):
+        # aiohttp's refusals are plain text; every API's clients parse their own JSON error shape instead.
+        if exc.status < 400:
             raise
-        error = MemproxyError(exc.text or exc.reason)
-        error.status = exc.status
-        return render_error(request, error)
+        return render_error(request, _from_aiohttp(request, exc))
     except MemproxyError as exc:
         if exc.status >= 500:
             log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc.message)

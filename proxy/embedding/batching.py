@@ -1,9 +1,15 @@
 """Dynamic micro-batching in front of one model, after text-embeddings-inference's queue.
 
-Callers tokenize (on the loop for small inputs, on a helper thread for big ones), then park one item per
-text in a bounded FIFO and await a future. One asyncio task per model owns the queue: it cuts a batch
-by a padded-token budget, hands it to the shared compute thread, and delivers each vector to its
-caller. The event loop only ever moves token ids and futures.
+Callers tokenize (on the loop for small inputs, on a helper thread for big ones; every text cut first to
+what the model can read, ``LoadedModel.max_chars``), then park one item per text in their own FIFO and await
+a future. One asyncio task per model owns the queues: it cuts a batch by a padded-token budget, taking one
+text from each caller in turn, hands it to the shared compute thread, and delivers each vector to its caller.
+The event loop only ever moves token ids and futures.
+
+Fair share (docs/embedding.md): texts belong to the caller that ``proxy.embedding.fairness`` names when they
+are submitted. One caller may hold at most ``EngineOptions.caller_limit`` texts in the queue; beyond that its
+calls are refused at once (``CallerShareFull``, 429) while other callers still queue, and batches are cut
+round-robin across callers, so one caller's backlog delays another's texts by at most one text per batch.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from concurrent.futures import Executor
 from typing import cast
 
 from proxy.embedding.config import EmbedderInfo, EngineOptions
-from proxy.embedding.errors import EmbedderClosed, EmbedderOverloaded, EmbeddingFailed
+from proxy.embedding.errors import CallerShareFull, EmbedderClosed, EmbedderOverloaded, EmbeddingFailed
+from proxy.embedding.fairness import current_caller
 from proxy.embedding.model import LoadedModel
 from proxy.errors import BadRequest
 
@@ -36,11 +43,12 @@ _WARMUP_TEXTS = (
 
 
 class _Request:
-    """One embed() call: its future and the vectors gathered so far."""
+    """One embed() call: whose it is, its future and the vectors gathered so far."""
 
-    __slots__ = ("future", "queued", "remaining", "vectors")
+    __slots__ = ("caller", "future", "queued", "remaining", "vectors")
 
-    def __init__(self, future: asyncio.Future[list[list[float]]], size: int):
+    def __init__(self, caller: str, future: asyncio.Future[list[list[float]]], size: int):
+        self.caller = caller
         self.future = future
         self.vectors: list[list[float] | None] = [None] * size
         self.remaining = size
@@ -107,8 +115,15 @@ class Embedder:
         self._max_batch_tokens = options.max_batch_tokens
         self._max_batch_size = options.batch_size_for(model.device)
         self._max_queue = options.max_queue
-        self._queue: deque[_Item] = deque()
+        self._caller_limit = options.caller_limit
+        # One FIFO per caller with texts waiting, and the callers in the order their turns come.
+        self._queues: dict[str, deque[_Item]] = {}
+        self._turns: deque[str] = deque()
+        # Texts each caller holds (reserved: being tokenized or waiting for a batch), their total, and the
+        # total counted against max_queue (a caller counts for at most its limit; see _reserve).
+        self._held: dict[str, int] = {}
         self._queued = 0
+        self._charged = 0
         self._inflight: list[_Item] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -124,6 +139,15 @@ class Embedder:
     @property
     def max_queue(self) -> int:
         return self._max_queue
+
+    @property
+    def caller_limit(self) -> int:
+        """The most texts one caller may hold in the queue."""
+        return self._caller_limit
+
+    def held_by(self, caller: str) -> int:
+        """Texts ``caller`` holds in the queue now."""
+        return self._held.get(caller, 0)
 
     def start(self) -> None:
         if self._task is None and not self._closed:
@@ -146,17 +170,22 @@ class Embedder:
         batch = _as_texts(texts)
         if not batch:
             return [], []
-        self._reserve(len(batch))
+        caller = current_caller.get()
+        self._reserve(caller, len(batch))
         try:
             token_ids = await self._tokenize(batch)
             if self._closed:
                 raise EmbedderClosed(f"embedder [{self.info.id}] is shut down")
         except BaseException:
             if not self._closed:  # close() has already emptied the books
-                self._queued -= len(batch)
+                self._hold(caller, -len(batch))
             raise
-        request = _Request(asyncio.get_running_loop().create_future(), len(batch))
-        self._queue.extend(_Item(request, i, ids) for i, ids in enumerate(token_ids))
+        request = _Request(caller, asyncio.get_running_loop().create_future(), len(batch))
+        queue = self._queues.get(caller)
+        if queue is None:
+            queue = self._queues[caller] = deque()
+            self._turns.append(caller)
+        queue.extend(_Item(request, i, ids) for i, ids in enumerate(token_ids))
         self._wake.set()
         try:
             return await request.future, [len(ids) for ids in token_ids]
@@ -164,52 +193,89 @@ class Embedder:
             self._release(request)
             raise
 
-    def _reserve(self, count: int) -> None:
+    def _hold(self, caller: str, delta: int) -> None:
+        """Changes what ``caller`` holds by ``delta`` texts, keeping the totals in step."""
+        before = self._held.get(caller, 0)
+        after = before + delta
+        limit = self._caller_limit
+        self._queued += delta
+        self._charged += min(after, limit) - min(before, limit)
+        if after:
+            self._held[caller] = after
+        else:
+            del self._held[caller]
+
+    def _reserve(self, caller: str, count: int) -> None:
         if self._closed or self._task is None:
             raise EmbedderClosed(f"embedder [{self.info.id}] is not running")
-        # A call bigger than the whole queue is still served when it finds the queue empty: it then holds
-        # the queue alone, so a bulk write is never refused outright, only deferred under load.
-        if self._queued + count > self._max_queue and self._queued > 0:
+        held, limit = self._held.get(caller, 0), self._caller_limit
+        # A caller that already holds texts may hold up to its limit. A call bigger than the limit is still
+        # served when its caller holds nothing: it then counts as the limit against the whole queue (it may
+        # not crowd the others out), so a bulk write is never refused outright, only deferred under load.
+        if held > 0 and held + count > limit:
+            raise CallerShareFull(
+                f"embedder [{self.info.id}] is busy with this caller's texts: its share of the queue "
+                f"({limit} of {self._max_queue} texts) holds {held}, {count} more refused; retry later"
+            )
+        charged = self._charged - min(held, limit) + min(held + count, limit)
+        if charged > self._max_queue and self._charged > 0:
             raise EmbedderOverloaded(
                 f"embedder [{self.info.id}] is overloaded: {self._queued} of {self._max_queue} texts "
                 f"already queued, {count} more refused; retry later"
             )
-        self._queued += count
+        self._hold(caller, count)
 
     def _release(self, request: _Request) -> None:
         """Frees the queue room of a request that will not be served; its items are skipped later."""
-        self._queued -= request.queued
+        if request.queued:
+            self._hold(request.caller, -request.queued)
         request.queued = 0
 
     async def _tokenize(self, texts: list[str]) -> list[list[int]]:
-        if len(texts) <= _INLINE_TOKENIZE_TEXTS and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
+        # The model cuts every text to what it can read before tokenizing; the same cut decides the thread.
+        limit = self.model.max_chars
+        if (
+            len(texts) <= _INLINE_TOKENIZE_TEXTS
+            and sum(min(len(t), limit) for t in texts) <= _INLINE_TOKENIZE_CHARS
+        ):
             return self.model.tokenize(texts)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._tokenize_pool, self.model.tokenize, texts)
 
     def _next_batch(self) -> list[_Item]:
-        """FIFO up to the padded-token budget; a single text over the budget still runs, alone."""
+        """One text from each caller in turn (FIFO within a caller) up to the padded-token budget; a single
+        text over the budget still runs, alone."""
         batch: list[_Item] = []
         longest = 0
-        while self._queue and len(batch) < self._max_batch_size:
-            item = self._queue[0]
-            if item.request.future.done():  # cancelled or failed: already released
-                self._queue.popleft()
+        while self._turns and len(batch) < self._max_batch_size:
+            caller = self._turns[0]
+            queue = self._queues[caller]
+            while queue and queue[0].request.future.done():  # cancelled or failed: already released
+                queue.popleft()
+            if not queue:
+                self._turns.popleft()
+                del self._queues[caller]
                 continue
+            item = queue[0]
             width = max(longest, len(item.ids))
             if batch and width * (len(batch) + 1) > self._max_batch_tokens:
                 break
-            self._queue.popleft()
+            queue.popleft()
             item.request.queued -= 1
-            self._queued -= 1
+            self._hold(caller, -1)
             batch.append(item)
             longest = width
+            if queue:
+                self._turns.rotate(-1)  # the next text comes from the next caller
+            else:
+                self._turns.popleft()
+                del self._queues[caller]
         return batch
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not self._queue:
+            if not self._turns:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -245,9 +311,12 @@ class Embedder:
             self._task.cancel()
             await asyncio.wait([self._task])  # unlike a bare await, does not swallow our own cancellation
         error = EmbedderClosed(f"embedder [{self.info.id}] shut down before the texts were embedded")
-        for item in (*self._inflight, *self._queue):
+        for item in (*self._inflight, *(item for queue in self._queues.values() for item in queue)):
             item.request.queued = 0
             item.request.fail(error)
-        self._queue.clear()
+        self._queues.clear()
+        self._turns.clear()
+        self._held.clear()
         self._inflight = []
         self._queued = 0
+        self._charged = 0

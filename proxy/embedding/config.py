@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 
@@ -64,6 +65,9 @@ class EngineOptions:
     ``max_batch_size``: most texts in one batch, whatever their length; ``None`` picks by device (see
     ``batch_size_for``).
     ``max_queue``: most texts waiting per embedder; more are refused at once with EmbedderOverloaded.
+    ``caller_share``: the share of ``max_queue`` one caller (``proxy.embedding.fairness``) may hold, at least
+    one text: ``max(1, floor(max_queue * caller_share))``; more of its texts are refused with
+    CallerShareFull while other callers still queue.
     ``pad_to_multiple``: round each forward's sequence length up to this, so the kernels see few shapes.
     ``warmup``: run a few batches at start-up so the first callers do not pay for kernel set-up.
     """
@@ -74,12 +78,15 @@ class EngineOptions:
     max_batch_tokens: int = 16384
     max_batch_size: int | None = None
     max_queue: int = 1024
+    caller_share: float = 0.5
     pad_to_multiple: int = 8
     warmup: bool = True
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise ValueError("threads must be >= 1")
+        if not 0 < self.caller_share <= 1:
+            raise ValueError("caller_share must be in (0, 1]")
         for name in ("max_batch_tokens", "max_batch_size", "max_queue", "pad_to_multiple"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -96,3 +103,8 @@ class EngineOptions:
         if self.max_batch_size is not None:
             return self.max_batch_size
         return CPU_MAX_BATCH_SIZE if str(device).startswith("cpu") else ACCELERATOR_MAX_BATCH_SIZE
+
+    @property
+    def caller_limit(self) -> int:
+        """The most texts one caller may hold in an embedder's queue."""
+        return max(1, math.floor(self.max_queue * self.caller_share))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from proxy.errors import MemproxyError, NotFound, Overloaded, Unavailable
 
-__all__ = ["EmbedderClosed", "EmbedderOverloaded", "EmbeddingFailed", "ModelLoadError", "UnknownEmbedder"]
+__all__ = [
+    "CallerShareFull",
+    "EmbedderClosed",
+    "EmbedderOverloaded",
+    "EmbeddingFailed",
+    "ModelLoadError",
+    "UnknownEmbedder",
+]
 
 
 class UnknownEmbedder(NotFound):
@@ -18,6 +25,10 @@ class UnknownEmbedder(NotFound):
 
 class EmbedderOverloaded(Overloaded):
     """The embedder's bounded queue cannot take the texts now: retry later (HTTP 429)."""
+
+
+class CallerShareFull(EmbedderOverloaded):
+    """This caller already holds its share of the queue (``embed_caller_share``); others may still queue."""
 
 
 class EmbedderClosed(Unavailable):

@@ -18,6 +18,7 @@ from proxy.embedding.layout import ModelLayout, read_layout
 from proxy.embedding.pooling import pool
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "LoadedModel",
     "cpu_has_native_bf16",
     "load_model",
@@ -43,6 +44,14 @@ _DTYPES = {
 _SPLIT_OVERHEAD_TOKENS = {"cpu": 160.0, "other": 4096.0}
 # Attention grows with length squared; this is the length at which it doubles a token's cost.
 _ATTENTION_SCALE = 1024.0
+
+# A text is cut to max_tokens x CHARS_PER_TOKEN characters before it is tokenized: the model reads at most
+# max_tokens tokens of it anyway, and the Rust tokenizer would otherwise tokenize the whole text (and keep
+# offsets for every token) before truncating: seconds and hundreds of MB for a 10 MB text, all of it holding
+# the GIL. English averages 4-5 characters per token, code and base64 2-3, CJK 1-2; a word of more than 100
+# characters is one [UNK] for WordPiece. Only a text averaging more than 64 characters per token over its
+# head (whitespace runs, endless "words") is embedded from a shorter head than the model would have read.
+CHARS_PER_TOKEN = 64
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -162,8 +171,16 @@ class LoadedModel:
         )
         return copy
 
+    @property
+    def max_chars(self) -> int:
+        """The longest head of a text that is tokenized (see ``CHARS_PER_TOKEN``)."""
+        return self.max_tokens * CHARS_PER_TOKEN
+
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids with special tokens, truncated to ``max_tokens``; cheap for short inputs."""
+        """Token ids with special tokens, truncated to ``max_tokens``; cheap for short inputs, and bounded for
+        long ones (each text is cut to ``max_chars`` first)."""
+        limit = self.max_chars
+        texts = [text[:limit] if len(text) > limit else text for text in texts]
         if self.layout.do_lower_case:
             texts = [text.lower() for text in texts]
         if self._backend is None:

@@ -8,11 +8,11 @@ status the same failure would have had alone.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from proxy.api import body as body_reader
 from proxy.api.goodmem.memory_wire import (
     BatchDeleteBody,
     BatchGetBody,
@@ -41,7 +41,10 @@ async def _multipart(request: web.Request) -> tuple[Any, dict[str, tuple[bytes, 
     meta: Any = None
     files: dict[str, tuple[bytes, str | None]] = {}
     while True:
-        part = await reader.next()
+        try:
+            part = await reader.next()
+        except ValueError as exc:  # aiohttp's multipart reader: no starting boundary, a bad part header
+            raise BadRequest(f"Malformed multipart body: {exc}") from None
         if part is None:
             break
         if not isinstance(part, BodyPartReader):
@@ -51,9 +54,9 @@ async def _multipart(request: web.Request) -> tuple[Any, dict[str, tuple[bytes, 
             raise BadRequest("Uploaded file is too large")
         if part.name in ("request", "requests"):
             try:
-                meta = json.loads(data)
-            except ValueError as exc:
-                raise BadRequest(f"Malformed JSON in multipart part '{part.name}': {exc}") from None
+                meta = body_reader.decode_json(bytes(data))
+            except body_reader.MalformedJson as exc:
+                raise BadRequest(f"Malformed JSON in multipart part '{part.name}': {exc.detail}") from None
         elif part.name:
             files[part.name] = (bytes(data), part.headers.get("Content-Type"))
     if meta is None:

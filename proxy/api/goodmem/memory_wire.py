@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ValidationInfo, field_validator
+from pydantic import BeforeValidator, ValidationInfo, field_validator, model_validator
 
+from proxy.api.body import MalformedJson, PayloadTooLarge, check_unicode, has_surrogate
 from proxy.api.goodmem.wire import Query, WireModel, raw_field, sort_descending, uuid_or_none, wire_field
+from proxy.api.guards import current_limits
 from proxy.core.goodmem.chunking import ChunkingConfig, parse_chunking
 from proxy.core.goodmem.content import NewMemory, decode_text
 from proxy.core.goodmem.memories import Rejected
@@ -71,9 +73,27 @@ class _Content:
     text: str
 
 
+def _check_length(text: str, limit: int, what: str) -> None:
+    if len(text) > limit:
+        raise PayloadTooLarge(
+            f"{what} has {len(text)} characters, more than the {limit} one memory may hold (max_memory_chars)"
+        )
+
+
 class MemoryCreateBody(WireModel):
     """``JsonMemoryCreationRequest``: exactly one of ``originalContent`` (text) and ``originalContentB64`` (a
     text type's bytes)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        # A JSON body was checked by its reader; a multipart request's JSON part and the headers of its file
+        # part (which may become contentType) were not, and nothing with a lone surrogate is ever stored.
+        try:
+            check_unicode(data)
+        except MalformedJson as exc:
+            raise BadRequest(f"Invalid memory creation request: {exc.detail}") from None
+        return data
 
     space_id: str = wire_field("spaceId")
     original_content: Any = raw_field("originalContent")
@@ -103,9 +123,11 @@ class MemoryCreateBody(WireModel):
             raise BadRequest("Exactly one of originalContent and originalContentB64 is required")
         if content_type is not None and (not isinstance(content_type, str) or not content_type.strip()):
             raise BadRequest(_MIME_ERROR)
+        limit = current_limits().max_memory_chars
         if text_in is not None:
             if not isinstance(text_in, str):
                 raise BadRequest("originalContent must be a string")
+            _check_length(text_in, limit, "originalContent")
             content_type = content_type or "text/plain"
             text, content = text_in, text_in.encode("utf-8")
         else:
@@ -118,6 +140,10 @@ class MemoryCreateBody(WireModel):
             except (binascii.Error, ValueError):
                 raise BadRequest("originalContentB64 is not valid base64") from None
             text = decode_text(content, content_type)
+            _check_length(text, limit, "The text of originalContentB64")
+            # A charset such as unicode_escape can decode bytes into a lone surrogate: never stored.
+            if has_surrogate(text):
+                raise BadRequest(f"originalContentB64 decodes to invalid text in {content_type!r}")
         if not text:
             raise BadRequest("originalContent must not be empty")
         return _Content(content_type, content, text)

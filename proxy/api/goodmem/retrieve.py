@@ -131,8 +131,10 @@ async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | Non
         watcher.cancel()
         if not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Collect the work's outcome even when it ended on its own as the client left (a write to the
+        # closed socket): nobody is there to tell, and an unawaited failure is logged by asyncio.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def _read_json(request: web.Request) -> Any:

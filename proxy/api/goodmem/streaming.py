@@ -16,10 +16,11 @@ Terminal outcome (the GoodMem-Stream-Terminal design of docs/goodmem-retrieve.md
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from aiohttp import web
+
+from proxy.api import body as body_reader
 
 __all__ = [
     "NDJSON",
@@ -84,8 +85,9 @@ def negotiate_format(accept: str | None) -> StreamFormat:
 
 
 def _compact(obj: Any) -> str:
-    # One line, no spaces: a JSON string never contains a raw newline, so a line is always one event.
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # One line, no spaces: a JSON string never contains a raw newline, so a line is always one event. A lone
+    # surrogate in a stored memory becomes U+FFFD (body_reader.dumps): one bad record never ends a stream.
+    return body_reader.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
 def ndjson_line(obj: dict[str, Any]) -> bytes:

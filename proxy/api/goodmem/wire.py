@@ -8,7 +8,6 @@ takes snake_case (retrieve's, as its clients send both) says so with ``snake_cas
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
@@ -162,10 +161,13 @@ def sort_descending(sort_order: str | None) -> bool:
 
 
 def reply(body: Any, status: int = 200) -> web.Response:
+    # body_reader.dumps: a lone surrogate in a stored record (one written before input was checked, or
+    # straight into the node) becomes U+FFFD instead of failing the whole answer.
     return web.Response(
         status=status,
-        text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+        body=body_reader.utf8(body_reader.dumps(body, separators=(",", ":"))),
         content_type="application/json",
+        charset="utf-8",
     )
 
 

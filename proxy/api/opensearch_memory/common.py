@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api import body as body_reader
+from proxy.api.guards import current_limits
 from proxy.api.opensearch_memory.lenient import token_error
 from proxy.app_keys import SERVICES
 from proxy.core.container_record import Container
@@ -39,6 +39,8 @@ PARSE_ERROR_TYPES = frozenset(
         "json_parse_exception",
         "json_e_o_f_exception",
         "named_object_not_found_exception",
+        # A number the search source parser cannot read ("size": "abc"; found by the fuzz suite).
+        "number_format_exception",
     }
 )
 
@@ -47,16 +49,47 @@ def services(request: web.Request) -> Services:
     return request.app[SERVICES]
 
 
+# The routes that store what their body says (working memory, long-term memories): each text in such a
+# body is the text of a memory, bounded by max_memory_chars.
+_WRITE_ROUTES = frozenset(
+    {
+        "/_plugins/_ml/memory_containers/{memory_container_id}/memories",
+        "/_plugins/_ml/memory_containers/{memory_container_id}/memories/long-term/_memproxy_add",
+        "/_plugins/_ml/memory_containers/{memory_container_id}/memories/long-term/_memproxy_bulk",
+    }
+)
+
+
+def _check_memory_texts(request: web.Request, body: Any) -> None:
+    """413 when a write route's body holds a text longer than one memory may be (``max_memory_chars``)."""
+    limit = current_limits().max_memory_chars
+    if request.method != "POST" or request.match_info.route.resource is None:
+        return
+    if request.match_info.route.resource.canonical not in _WRITE_ROUTES:
+        return
+    if request.content_length is not None and request.content_length <= limit:
+        return  # a JSON string is never longer, in characters, than the bytes that spell it
+    where, length = body_reader.longest_text(body)
+    if length > limit:
+        raise body_reader.PayloadTooLarge(
+            f"The text at {where} has {length} characters, more than the {limit} one memory may hold "
+            "(max_memory_chars)"
+        )
+
+
 async def read_json(request: web.Request) -> Any:
     """The JSON body (or the ``source`` query parameter, as OpenSearch allows); ``None`` when empty."""
     try:
         body = await body_reader.read_json(request)
         source = request.query.get("source")
-        return body_reader.decode_json(source.encode()) if body is None and source else body
+        if body is None and source:
+            body = body_reader.decode_json(source, max_depth=current_limits().max_json_depth)
     except body_reader.MalformedJson as exc:
         raise BadRequest(
             f"Failed to parse request body: {exc.detail}", os_type="json_parse_exception"
         ) from None
+    _check_memory_texts(request, body)
+    return body
 
 
 async def object_body(
@@ -85,7 +118,11 @@ async def load_container(
 
 
 def json_response(body: Any) -> web.Response:
-    return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
+    # A lone surrogate in a stored document (written before input was checked, or straight into the node)
+    # becomes U+FFFD instead of failing the answer (proxy.api.body.dumps).
+    return web.Response(
+        body=body_reader.utf8(body_reader.dumps(body)), content_type="application/json", charset="utf-8"
+    )
 
 
 @contextmanager

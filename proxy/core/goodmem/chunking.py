@@ -17,24 +17,35 @@ characters.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from proxy.config import Settings
 from proxy.errors import BadRequest
 
 __all__ = [
     "DEFAULT_CHUNKING",
+    "DEFAULT_MAX_CHUNKS",
+    "INLINE_CHUNK_CHARS",
+    "REGEX_BUDGET_S",
     "Chunk",
     "ChunkingConfig",
     "NoChunking",
     "RecursiveChunking",
     "SentenceChunking",
+    "chunk_memory",
     "chunk_text",
     "parse_chunking",
+    "too_many_chunks",
 ]
 
 DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
@@ -44,6 +55,13 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 # A sentence ends at terminal punctuation (optionally followed by closing quotes/brackets) before whitespace,
 # or at a blank line.
 _SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*(?=\s|$)\s*|\n\s*\n\s*")
+# The settings' default of max_chunks_per_memory, for callers that pass no bound.
+DEFAULT_MAX_CHUNKS: int = Settings.max_chunks_per_memory
+# Longer texts are chunked on a worker thread by chunk_memory (chunking this much takes a few milliseconds).
+INLINE_CHUNK_CHARS = 20_000
+# The separator regexes of one chunking get this long in all: a user pattern such as "(x+x+)+y" can backtrack
+# for hours on "xxxx...". They run in the ``regex`` module, which takes a timeout and releases the GIL.
+REGEX_BUDGET_S = 2.0
 
 
 class _Wire(BaseModel):
@@ -69,8 +87,8 @@ class RecursiveChunking(_Wire):
         if self.separator_is_regex:
             for sep in self.separators or ():
                 try:
-                    re.compile(sep)
-                except re.error as exc:
+                    regex.compile(sep)
+                except regex.error as exc:
                     raise ValueError(f"invalid separator regex {sep!r}: {exc}") from None
         return self
 
@@ -174,17 +192,77 @@ def _measure(kind: str) -> Measure:
     return len
 
 
-def chunk_text(text: str, config: ChunkingConfig) -> list[Chunk]:
-    """Chunk ``text`` by ``config``; offsets index ``text`` directly."""
+def _size_field(config: ChunkingConfig) -> str:
     if config.recursive is not None:
-        spans = _recursive(text, config.recursive)
-    elif config.sentence is not None:
-        spans = _sentences(text, config.sentence)
-    else:
-        spans = [(0, len(text))] if text else []
+        return f"recursive.chunkSize ({config.recursive.chunk_size})"
+    assert config.sentence is not None
+    return f"sentence.maxChunkSize ({config.sentence.max_chunk_size})"
+
+
+def too_many_chunks(config: ChunkingConfig, max_chunks: int) -> BadRequest:
+    return BadRequest(
+        f"The chunking configuration {json.dumps(config.to_json(), separators=(',', ':'))} cuts this memory "
+        f"into more than {max_chunks} chunks, the most one memory may have (max_chunks_per_memory): use a "
+        f"larger {_size_field(config)} or a shorter text"
+    )
+
+
+class _Deadline:
+    """The time left to a chunking's separator regexes: each search is given what is left of the budget."""
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+        self.seconds = seconds
+
+    def left(self) -> float:
+        return max(self._end - time.monotonic(), 0.001)
+
+
+def chunk_text(text: str, config: ChunkingConfig, *, max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[Chunk]:
+    """Chunk ``text`` by ``config``; offsets index ``text`` directly.
+
+    A configuration that would cut the text into more than ``max_chunks`` chunks is a 400 naming it, raised
+    as soon as chunk ``max_chunks + 1`` appears (the spans are produced lazily, so a ``chunkSize`` of 1
+    costs no more than ``max_chunks`` chunks' work). Separator regexes get ``REGEX_BUDGET_S`` in all.
+    """
+    if config.recursive is None and config.sentence is None:
+        spans: Iterable[Span] = [(0, len(text))] if text else []
         return [Chunk(i, s, e, text[s:e]) for i, (s, e) in enumerate(spans)]
-    trimmed = [t for t in (_trim(text, s, e) for s, e in spans) if t is not None]
-    return [Chunk(i, s, e, text[s:e]) for i, (s, e) in enumerate(trimmed)]
+    deadline = _Deadline(REGEX_BUDGET_S)
+    if config.recursive is not None:
+        spans = _recursive(text, config.recursive, deadline)
+    else:
+        assert config.sentence is not None
+        spans = _sentences(text, config.sentence, deadline)
+    chunks: list[Chunk] = []
+    try:
+        for start, end in spans:
+            trimmed = _trim(text, start, end)
+            if trimmed is None:
+                continue
+            if len(chunks) == max_chunks:
+                raise too_many_chunks(config, max_chunks)
+            chunks.append(Chunk(len(chunks), trimmed[0], trimmed[1], text[trimmed[0] : trimmed[1]]))
+    except TimeoutError:
+        raise BadRequest(
+            f"A separator regex of the chunking configuration ran longer than {deadline.seconds:g} s on this "
+            "text; use a simpler pattern"
+        ) from None
+    return chunks
+
+
+async def chunk_memory(
+    text: str, config: ChunkingConfig, *, max_chunks: int = DEFAULT_MAX_CHUNKS
+) -> list[Chunk]:
+    """:func:`chunk_text`, on a worker thread when the text is long enough for chunking to be felt by the
+    event loop, or when a caller's separator regex may take up to ``REGEX_BUDGET_S`` (pure Python yields the
+    interpreter to the loop every few milliseconds; the ``regex`` module releases it while it matches)."""
+    user_regex = config.recursive is not None and config.recursive.separator_is_regex
+    if config.recursive is None and config.sentence is None:
+        return chunk_text(text, config, max_chunks=max_chunks)
+    if len(text) <= INLINE_CHUNK_CHARS and not user_regex:
+        return chunk_text(text, config, max_chunks=max_chunks)
+    return await asyncio.to_thread(chunk_text, text, config, max_chunks=max_chunks)
 
 
 def _trim(text: str, start: int, end: int) -> Span | None:
@@ -195,102 +273,129 @@ def _trim(text: str, start: int, end: int) -> Span | None:
     return (start, end) if end > start else None
 
 
-def _split(text: str, span: Span, pattern: re.Pattern[str], keep: str) -> list[Span]:
+def _split(text: str, span: Span, pattern: Separator, keep: str, deadline: _Deadline) -> Iterator[Span]:
     """Cut ``span`` at every separator match; the separator stays with the piece before (KEEP_END) or
     after."""
     start, end = span
-    pieces: list[Span] = []
     pos = start
-    for m in pattern.finditer(text, start, end):
+    for m in pattern.finditer(text, start, end, deadline):
         if m.end() == m.start():
             continue
         cut = m.start() if keep == "KEEP_START" else m.end()
         if cut > pos:
-            pieces.append((pos, cut))
+            yield (pos, cut)
             pos = cut
     if pos < end:
-        pieces.append((pos, end))
-    return pieces
+        yield (pos, end)
 
 
-def _hard_split(span: Span, size: int) -> list[Span]:
+def _hard_split(span: Span, size: int) -> Iterator[Span]:
     start, end = span
-    return [(i, min(i + size, end)) for i in range(start, end, size)]
+    return ((i, min(i + size, end)) for i in range(start, end, size))
 
 
 def _split_recursive(
-    text: str, span: Span, seps: list[re.Pattern[str] | None], cfg: RecursiveChunking, measure: Measure
-) -> list[Span]:
+    text: str,
+    span: Span,
+    seps: list[Separator | None],
+    cfg: RecursiveChunking,
+    measure: Measure,
+    deadline: _Deadline,
+) -> Iterator[Span]:
     """Cut at the most preferred separator that occurs; merge the small pieces of this level, recurse into
     the big ones with the remaining separators (so chunks do not cross a stronger separator needlessly)."""
     for i, pattern in enumerate(seps):
         if pattern is None:  # the empty separator: a hard cut by characters
-            return _hard_split(span, cfg.chunk_size)
-        if pattern.search(text, span[0], span[1]) is not None:
+            yield from _hard_split(span, cfg.chunk_size)
+            return
+        if pattern.search(text, span[0], span[1], deadline) is not None:
             rest = seps[i + 1 :]
             break
     else:
-        return _hard_split(span, cfg.chunk_size)
-    out: list[Span] = []
-    small: list[Span] = []
-    for piece in _split(text, span, pattern, cfg.keep_strategy):
-        if measure(text[piece[0] : piece[1]]) <= cfg.chunk_size:
-            small.append(piece)
+        yield from _hard_split(span, cfg.chunk_size)
+        return
+    small: list[tuple[Span, int]] = []
+    for piece in _split(text, span, pattern, cfg.keep_strategy, deadline):
+        length = measure(text[piece[0] : piece[1]])
+        if length <= cfg.chunk_size:
+            small.append((piece, length))
             continue
         if small:
-            out.extend(_merge(text, small, cfg.chunk_size, cfg.chunk_overlap, measure))
+            yield from _merge(small, cfg.chunk_size, cfg.chunk_overlap)
             small = []
-        out.extend(_split_recursive(text, piece, rest, cfg, measure))
+        yield from _split_recursive(text, piece, rest, cfg, measure, deadline)
     if small:
-        out.extend(_merge(text, small, cfg.chunk_size, cfg.chunk_overlap, measure))
-    return out
+        yield from _merge(small, cfg.chunk_size, cfg.chunk_overlap)
 
 
-def _merge(text: str, pieces: list[Span], size: int, overlap: int, measure: Measure) -> list[Span]:
-    """Greedy merge of contiguous pieces into chunks of at most ``size``, carrying ~``overlap`` forward."""
-    chunks: list[Span] = []
-    current: list[tuple[Span, int]] = []
+def _merge(pieces: list[tuple[Span, int]], size: int, overlap: int) -> Iterator[Span]:
+    """Greedy merge of contiguous measured pieces into chunks of at most ``size``, carrying ~``overlap``
+    forward (a deque: dropping from the front of a long run of tiny pieces must not cost its length)."""
+    current: deque[tuple[Span, int]] = deque()
     total = 0
-    for piece in pieces:
-        length = measure(text[piece[0] : piece[1]])
+    for piece, length in pieces:
         if current and total + length > size:
-            chunks.append((current[0][0][0], current[-1][0][1]))
+            yield (current[0][0][0], current[-1][0][1])
             while current and (total > overlap or total + length > size):
-                total -= current.pop(0)[1]
+                total -= current.popleft()[1]
         current.append((piece, length))
         total += length
     if current:
-        chunks.append((current[0][0][0], current[-1][0][1]))
-    return chunks
+        yield (current[0][0][0], current[-1][0][1])
 
 
-def _recursive(text: str, cfg: RecursiveChunking) -> list[Span]:
+class Separator:
+    """A compiled separator: a literal one in ``re`` (a linear search, and the fastest), a caller's regex in
+    ``regex`` with the chunking's time budget (``re`` offers no timeout and keeps the GIL while it works)."""
+
+    def __init__(self, separator: str, is_regex: bool) -> None:
+        self._user_regex = is_regex
+        self._pattern: Any = regex.compile(separator) if is_regex else re.compile(re.escape(separator))
+
+    def search(self, text: str, start: int, end: int, deadline: _Deadline) -> Any:
+        if self._user_regex:
+            return self._pattern.search(text, start, end, timeout=deadline.left())
+        return self._pattern.search(text, start, end)
+
+    def finditer(self, text: str, start: int, end: int, deadline: _Deadline) -> Iterator[Any]:
+        if self._user_regex:
+            return self._pattern.finditer(text, start, end, timeout=deadline.left())  # type: ignore[no-any-return]
+        return self._pattern.finditer(text, start, end)  # type: ignore[no-any-return]
+
+
+def _compile(separator: str, is_regex: bool) -> Separator | None:
+    return None if separator == "" else Separator(separator, is_regex)
+
+
+def _recursive(text: str, cfg: RecursiveChunking, deadline: _Deadline) -> Iterator[Span]:
     if not text:
-        return []
+        return
     raw = cfg.separators if cfg.separators else list(DEFAULT_SEPARATORS)
-    seps: list[re.Pattern[str] | None] = [
-        None if s == "" else re.compile(s if cfg.separator_is_regex else re.escape(s)) for s in raw
-    ]
+    seps = [_compile(s, cfg.separator_is_regex) for s in raw]
     measure = _measure(cfg.length_measurement)
     if measure(text) <= cfg.chunk_size:
-        return [(0, len(text))]
-    return _split_recursive(text, (0, len(text)), seps, cfg, measure)
+        yield (0, len(text))
+        return
+    yield from _split_recursive(text, (0, len(text)), seps, cfg, measure, deadline)
 
 
-def _sentence_spans(text: str) -> list[Span]:
-    spans: list[Span] = []
+def _sentence_spans(text: str) -> Iterator[Span]:
     pos = 0
     for m in _SENTENCE_END.finditer(text):
         if m.end() > pos:
-            spans.append((pos, m.end()))
+            yield (pos, m.end())
             pos = m.end()
     if pos < len(text):
-        spans.append((pos, len(text)))
-    return spans
+        yield (pos, len(text))
 
 
-def _sentences(text: str, cfg: SentenceChunking) -> list[Span]:
-    """Whole sentences packed up to maxChunkSize; a sentence longer than that is split at spaces."""
+def _sentences(text: str, cfg: SentenceChunking, deadline: _Deadline) -> Iterator[Span]:
+    """Whole sentences packed up to maxChunkSize; a sentence longer than that is split at spaces.
+
+    A chunk's size is the sum of its sentences' sizes: sentences end in whitespace (or the text's end), which
+    no token crosses, so the sum is what measuring the joined span would give, without re-measuring a
+    growing chunk for every sentence added to it.
+    """
     measure = _measure(cfg.length_measurement)
     size = cfg.max_chunk_size
     long_cfg = RecursiveChunking.model_validate(
@@ -301,32 +406,36 @@ def _sentences(text: str, cfg: SentenceChunking) -> list[Span]:
             "lengthMeasurement": cfg.length_measurement,
         }
     )
-    out: list[Span] = []
+    long_seps: list[Separator | None] = [Separator(" ", False), None]
+    held: Span | None = None  # the last chunk made, kept back: a short tail may still join it
     cur: Span | None = None
+    cur_size = 0
     for sent in _sentence_spans(text):
-        if measure(text[sent[0] : sent[1]]) > size:
+        sent_size = measure(text[sent[0] : sent[1]])
+        if sent_size > size:
             if cur is not None:
-                out.append(cur)
-                cur = None
-            out.extend(_recursive_span(text, sent, long_cfg))
+                if held is not None:
+                    yield held
+                held, cur = cur, None
+            for piece in _split_recursive(text, sent, long_seps, long_cfg, measure, deadline):
+                if held is not None:
+                    yield held
+                held = piece
             continue
-        if cur is not None and measure(text[cur[0] : sent[1]]) > size:
-            out.append(cur)
-            cur = None
-        cur = sent if cur is None else (cur[0], sent[1])
+        if cur is not None and cur_size + sent_size > size:
+            if held is not None:
+                yield held
+            held, cur = cur, None
+        if cur is None:
+            cur, cur_size = sent, sent_size
+        else:
+            cur, cur_size = (cur[0], sent[1]), cur_size + sent_size
     if cur is not None:
         # A short tail joins the chunk before it when that still fits.
-        if (
-            out
-            and measure(text[cur[0] : cur[1]]) < cfg.min_chunk_size
-            and measure(text[out[-1][0] : cur[1]]) <= size
-        ):
-            out[-1] = (out[-1][0], cur[1])
-        else:
-            out.append(cur)
-    return out
-
-
-def _recursive_span(text: str, span: Span, cfg: RecursiveChunking) -> list[Span]:
-    seps: list[re.Pattern[str] | None] = [re.compile(" "), None]
-    return _split_recursive(text, span, seps, cfg, _measure(cfg.length_measurement))
+        if held is not None and cur_size < cfg.min_chunk_size and measure(text[held[0] : cur[1]]) <= size:
+            held, cur = (held[0], cur[1]), None
+        if held is not None:
+            yield held
+        held = cur
+    if held is not None:
+        yield held

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.container_record import Container
-from proxy.core.goodmem.chunking import chunk_text
+from proxy.core.goodmem.chunking import chunk_memory
 from proxy.core.goodmem.content import NewMemory
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
@@ -146,7 +146,7 @@ async def _prepare(
             created_time=now,
             last_updated_time=now,
         )
-        for c in chunk_text(req.text, chunking)
+        for c in await chunk_memory(req.text, chunking, max_chunks=gm.store.settings.max_chunks_per_memory)
     ]
     record = MemoryRecord.for_content(
         memory_id=memory_id,

@@ -123,7 +123,7 @@ def record_from_long_term(
 ) -> MemoryRecord:
     """A long-term memory written through the OpenSearch API, as a GoodMem memory (one chunk, same id)."""
     text = str(source.get("memory") or "")
-    content = text.encode("utf-8")
+    content = text.encode("utf-8", "replace")  # a lone surrogate stored in the node: never a 500
     created = int(source.get("created_time") or 0)
     actor = str(source.get("owner_id") or owner_id or NIL_UUID)
     metadata = source.get("metadata")
