@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.adversarial.health import HealthPoller
 from tests.adversarial.tenants import Tenant, make_tenant
 from tests.conftest import ProxyProcess
 from tests.goodmem_helpers import root_api_key
@@ -477,33 +478,6 @@ def send(client: httpx.Client, tally: Tally, request: Request) -> None:
     tally.record(request, resp.status_code, _problem(request, resp))
 
 
-class HealthPoller:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.latencies: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    ok = client.get(self.url + "/_memproxy/health").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.latencies.append(time.perf_counter() - started if ok else 10.0)
-                self._stop.wait(0.1)
-
-    def __enter__(self) -> HealthPoller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
 @dataclass
 class Fuzz:
     proxy: ProxyProcess
@@ -583,7 +557,7 @@ def test_fuzz_never_answers_5xx_nor_freezes(fuzz: Fuzz) -> None:
     tally = Tally()
     started = time.monotonic()
     with (
-        HealthPoller(fuzz.proxy.url) as poller,
+        HealthPoller(fuzz.proxy.url, every_s=0.1) as poller,
         httpx.Client(base_url=fuzz.proxy.url, timeout=120, limits=httpx.Limits(max_connections=16)) as client,
         ThreadPoolExecutor(8) as pool,
     ):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.adversarial.health import HealthPoller
 from tests.adversarial.tenants import Tenant, make_tenant
 from tests.conftest import ProxyProcess
 from tests.goodmem_helpers import root_api_key
@@ -421,35 +421,6 @@ def test_clients_leaving_a_stream_leave_no_task_behind(world: World) -> None:
 
 
 # --- health and another tenant's retrieve while heavy input is in flight ------------------------------------
-
-
-class HealthPoller:
-    """Polls ``/_memproxy/health`` from its own thread and keeps every latency (a timeout counts as 10 s)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.latencies: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    ok = client.get(self.url + "/_memproxy/health").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.latencies.append(time.perf_counter() - started if ok else 10.0)
-                self._stop.wait(0.05)
-
-    def __enter__(self) -> HealthPoller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 def test_health_and_a_neighbour_stay_fast_under_heavy_input(world: World) -> None:

@@ -33,7 +33,13 @@ from proxy.api.opensearch_memory.common import json_response
 from proxy.api.opensearch_memory.common import read_json as ml_read_json
 from proxy.app_keys import SETTINGS
 from proxy.config import Settings
-from proxy.core.goodmem.chunking import REGEX_BUDGET_S, chunk_memory, chunk_text, parse_chunking
+from proxy.core.goodmem.chunking import (
+    REGEX_BUDGET_S,
+    ChunkingConfig,
+    chunk_memory,
+    chunk_text,
+    parse_chunking,
+)
 from proxy.errors import BadRequest
 
 SID = "01a0ace1-f672-7105-9642-bf658ff8f51a"
@@ -186,8 +192,9 @@ def test_sentence_packing_is_linear() -> None:
     assert time.perf_counter() - started < 3.0
 
 
-def test_a_backtracking_separator_regex_gets_a_time_budget() -> None:
-    config = parse_chunking(
+def _backtracking() -> ChunkingConfig:
+    """A separator regex that backtracks catastrophically on a run of x's without a y."""
+    return parse_chunking(
         {
             "recursive": {
                 "chunkSize": 10,
@@ -197,6 +204,10 @@ def test_a_backtracking_separator_regex_gets_a_time_budget() -> None:
             }
         }
     )
+
+
+def test_a_backtracking_separator_regex_gets_a_time_budget() -> None:
+    config = _backtracking()
     started = time.perf_counter()
     with pytest.raises(BadRequest, match="separator regex"):
         chunk_text("x" * 5000, config)
@@ -206,16 +217,7 @@ def test_a_backtracking_separator_regex_gets_a_time_budget() -> None:
 @pytest.mark.asyncio(loop_scope="function")
 async def test_long_texts_are_chunked_off_the_event_loop() -> None:
     """While a heavy chunking runs (a backtracking regex, given its whole budget), the loop keeps ticking."""
-    config = parse_chunking(
-        {
-            "recursive": {
-                "chunkSize": 10,
-                "chunkOverlap": 0,
-                "separators": ["(x+x+)+y"],
-                "separatorIsRegex": True,
-            }
-        }
-    )
+    config = _backtracking()
     gaps: list[float] = []
 
     async def ticker() -> None:
