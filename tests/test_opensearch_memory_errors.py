@@ -547,6 +547,13 @@ def test_search_failure_is_wrapped(client: OpenSearch, plain: str) -> None:
         )
     assert bad.value.status_code == 400
     assert error_body(bad.value)["error"]["type"] in {"parsing_exception", "x_content_parse_exception"}
+    # so is a value the source parser refuses (the fuzz suite's find: a 500 before)
+    with pytest.raises(TransportError) as negative:
+        client.plugins.ml.search_agentic_memory(
+            memory_container_id=plain, doc_type="working", body={"query": {"match_all": {}}, "size": -1}
+        )
+    assert negative.value.status_code == 400
+    assert error_body(negative.value)["error"]["type"] == "illegal_argument_exception"
 
 
 def test_router_answers(client: OpenSearch, plain: str) -> None:
