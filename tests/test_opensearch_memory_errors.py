@@ -554,6 +554,12 @@ def test_search_failure_is_wrapped(client: OpenSearch, plain: str) -> None:
         )
     assert negative.value.status_code == 400
     assert error_body(negative.value)["error"]["type"] == "illegal_argument_exception"
+    with pytest.raises(TransportError) as huge:
+        client.plugins.ml.search_agentic_memory(
+            memory_container_id=plain, doc_type="working", body={"size": 3.078183046438335e16}
+        )
+    assert huge.value.status_code == 400
+    assert error_body(huge.value)["error"]["type"] == "input_coercion_exception"
 
 
 def test_router_answers(client: OpenSearch, plain: str) -> None:
