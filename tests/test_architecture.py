@@ -9,7 +9,7 @@ named together in one layer do not import each other:
     proxy.core                              what the slices share: containers, memories, search
     proxy.store                             every URL, every DSL body, node errors → typed errors
     proxy.config
-    proxy.embedding | proxy.filters         stand alone
+    proxy.embedding | proxy.filters | proxy.models   stand alone
     proxy.errors, proxy.ids                 the exception tree; the UUID check
 
 Besides: ``proxy.core.goodmem`` serves the GoodMem slice alone, and no module imports itself in a circle
@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("proxy.core",),
     ("proxy.store",),
     ("proxy.config",),
-    ("proxy.embedding", "proxy.filters"),
+    ("proxy.embedding", "proxy.filters", "proxy.models"),
     ("proxy.errors", "proxy.ids"),
 ]
 # Shared modules of the api layer that every slice may use (error middleware, pass-through, health).
