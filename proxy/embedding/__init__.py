@@ -22,6 +22,7 @@ from proxy.embedding.errors import (
     UnknownEmbedder,
 )
 from proxy.embedding.registry import EmbedderRegistry, default_model_path, default_spec
+from proxy.embedding.rerank import LocalReranker, RerankerInfo, load_cross_encoder
 
 __all__ = [
     "DEFAULT_EMBEDDER_ALIAS",
@@ -35,9 +36,12 @@ __all__ = [
     "EmbedderSpec",
     "EmbeddingFailed",
     "EngineOptions",
+    "LocalReranker",
     "ModelLoadError",
+    "RerankerInfo",
     "UnknownEmbedder",
     "default_model_path",
     "default_spec",
     "embedder_id_for",
+    "load_cross_encoder",
 ]
