@@ -190,11 +190,16 @@ class LoadedModel:
             return [self._backend.encode(texts[0]).ids]
         return [encoding.ids for encoding in self._backend.encode_batch(list(texts))]
 
+    @property
+    def output_width(self) -> int:
+        """Floats per input that :meth:`_forward` answers (a vector here; one score for a cross-encoder)."""
+        return self.dimension
+
     def embed_tokens(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         """Vectors for tokenized texts, in input order. Blocks: call it from a worker thread."""
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         lengths = [len(sequences[i]) for i in order]
-        out = torch.empty((len(sequences), self.dimension), dtype=torch.float32)
+        out = torch.empty((len(sequences), self.output_width), dtype=torch.float32)
         with torch.inference_mode():
             for start, end in partition_by_length(lengths, self._split_overhead):
                 rows = order[start:end]

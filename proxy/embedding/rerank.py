@@ -37,7 +37,6 @@ from proxy.embedding.model import (
     _model_dir,
     _round_up,
     dtype_name,
-    partition_by_length,
     resolve_device,
     resolve_dtype,
 )
@@ -103,16 +102,9 @@ class LoadedCrossEncoder(LoadedModel):
         encodings = self._backend.encode_batch([(query, doc) for doc in docs])
         return [_PairIds(e.ids, e.type_ids) for e in encodings]
 
-    def embed_tokens(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
-        """``[score]`` for each tokenized pair, in input order. Blocks: call it from a worker thread."""
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        lengths = [len(sequences[i]) for i in order]
-        out = torch.empty((len(sequences), 1), dtype=torch.float32)
-        with torch.inference_mode():
-            for start, end in partition_by_length(lengths, self._split_overhead):
-                rows = order[start:end]
-                out[rows] = self._forward([sequences[i] for i in rows], lengths[end - 1])
-        return out.tolist()
+    @property
+    def output_width(self) -> int:
+        return 1  # one score per (query, document) pair: embed_tokens answers [score] for each
 
     def _forward(self, group: Sequence[Sequence[int]], longest: int) -> torch.Tensor:
         width = max(longest, min(_round_up(longest, self.pad_to_multiple), self.max_tokens))
