@@ -7,8 +7,10 @@ routes are mounted API by API, and the pass-through catch-all comes last so memp
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
@@ -21,9 +23,13 @@ from proxy.app_keys import EMBEDDERS, IDENTITY, SERVICES, SETTINGS, STARTED_AT, 
 from proxy.config import Settings
 from proxy.core.cache import Caches
 from proxy.core.identity import Identity
+from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
+from proxy.core.models.startup import parse_model_flag
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
+from proxy.embedding.rerank import LocalReranker
 from proxy.store.client import Store
+from proxy.store.models import ModelDocs
 
 __all__ = ["make_app"]
 
@@ -38,9 +44,11 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
+    # Remote embedders (ID=URL#...) join the model registry with the services; local ones load here.
     specs = [
         EmbedderSpec(id=i.split("=", 1)[0].strip(), path=i.split("=", 1)[1].strip())
         for i in settings.embedders
+        if not i.split("=", 1)[1].strip().startswith(("http://", "https://"))
     ]
     registry = EmbedderRegistry.from_specs(specs, settings.engine_options())
     await registry.start()
@@ -54,10 +62,62 @@ async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    startup: list[StartupModel] = []
+    local_rerankers: dict[str, LocalReranker] = {}
+    try:
+        flags: list[tuple[KIND, tuple[str, ...]]] = [
+            ("embedder", settings.embedders),
+            ("reranker", settings.rerankers),
+        ]
+        for kind, entries in flags:
+            for entry in entries:
+                parsed = parse_model_flag(entry, kind, os.environ)
+                if isinstance(parsed, StartupModel):
+                    startup.append(parsed)
+                elif kind == "reranker":
+                    reranker = LocalReranker.load(
+                        parsed.path, settings.engine_options(), reranker_id=parsed.model_id
+                    )
+                    await reranker.start()
+                    local_rerankers[parsed.model_id] = reranker
+        startup += [parse_model_flag(e, "llm", os.environ) for e in settings.llms]  # type: ignore[misc]
+        secret_key = settings.secret_key
+        source = "MEMPROXY_SECRET_KEY"
+        if secret_key is None and settings.secret_key_file:
+            secret_key = Path(settings.secret_key_file).read_text()
+            source = settings.secret_key_file
+        registry = ModelRegistry(
+            ModelDocs(app[STORE]),
+            app[EMBEDDERS],
+            rerankers=local_rerankers,
+            startup=startup,
+            secret_key=secret_key,
+            secret_source=source,
+            limits=CallLimits(
+                settings.model_timeout_s, settings.model_max_retries, settings.model_max_concurrency
+            ),
+            ttl_s=settings.cache_ttl_s,
+            trusted_endpoints=settings.trusted_model_endpoints,
+        )
+    except (ValueError, OSError) as exc:
+        for reranker in local_rerankers.values():
+            await reranker.close()
+        raise SystemExit(f"memproxy: {exc}") from None
+    for model in startup:
+        log.info("%s %s at %s (%s)", model.kind, model.model_id, model.call.endpoint_url, model.call.wire)
+    for reranker_id in local_rerankers:
+        log.info("reranker %s (local cross-encoder)", reranker_id)
     app[SERVICES] = Services(
-        store=app[STORE], embedders=app[EMBEDDERS], caches=Caches.with_ttl(app[SETTINGS].cache_ttl_s)
+        store=app[STORE],
+        embedders=app[EMBEDDERS],
+        caches=Caches.with_ttl(settings.cache_ttl_s),
+        models=registry,
     )
     yield
+    await registry.close()
+    for reranker in local_rerankers.values():
+        await reranker.close()
 
 
 async def _identity_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -12,9 +13,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 if TYPE_CHECKING:
     from proxy.embedding.config import EngineOptions
 
-__all__ = ["DEFAULT_CACHE_TTL_S", "Settings", "parse_settings"]
+__all__ = ["DEFAULT_CACHE_TTL_S", "DEFAULT_TRUSTED_MODEL_ENDPOINTS", "Settings", "parse_settings"]
 
 DEFAULT_CACHE_TTL_S = 2.0
+DEFAULT_TRUSTED_MODEL_ENDPOINTS = (
+    r"^https://.*$",
+    r"^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/.*)?$",
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,21 @@ class Settings:
     allow_scripts: bool = False
     # Every search memproxy sends carries this timeout, and the node cancels it after that long.
     search_timeout_s: float = 30.0
+    # Models beyond the local embedders (docs/models.md): "ID=PATH" (a local cross-encoder) or
+    # "ID=URL#provider=...,model=...,key_env=VAR" (a remote reranker); "ID=URL#..." LLMs.
+    rerankers: tuple[str, ...] = ()
+    llms: tuple[str, ...] = ()
+    # The key that encrypts stored model credentials: from MEMPROXY_SECRET_KEY (environment only: a flag
+    # would show in the process list) or a file; neither: generated once and kept in the cluster.
+    secret_key: str | None = None
+    secret_key_file: str | None = None
+    # Every call to a remote model: one attempt's timeout, retries on 429/5xx, calls in flight per model.
+    model_timeout_s: float = 30.0
+    model_max_retries: int = 2
+    model_max_concurrency: int = 8
+    # Regular expressions a runtime-registered model's URL must match (ml-commons'
+    # trusted_connector_endpoints_regex): any HTTPS host, and plain HTTP on loopback only.
+    trusted_model_endpoints: tuple[str, ...] = DEFAULT_TRUSTED_MODEL_ENDPOINTS
 
     def __post_init__(self) -> None:
         # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
@@ -103,7 +123,7 @@ class Settings:
 
 
 # Never shown: health prints the settings to anyone who asks.
-_SECRETS = frozenset({"opensearch_username", "opensearch_password", "opensearch_client_key"})
+_SECRETS = frozenset({"opensearch_username", "opensearch_password", "opensearch_client_key", "secret_key"})
 
 # flag, env var, type, help
 _OPTIONS: list[tuple[str, str, type, str]] = [
@@ -152,6 +172,21 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         float,
         "timeout of every search, cancelled on the node",
     ),
+    (
+        "secret-key-file",
+        "MEMPROXY_SECRET_KEY_FILE",
+        str,
+        "file holding the model-credential key (or the key itself in env MEMPROXY_SECRET_KEY)",
+    ),
+    ("model-timeout-s", "MEMPROXY_MODEL_TIMEOUT_S", float, "timeout of one remote model call"),
+    ("model-max-retries", "MEMPROXY_MODEL_MAX_RETRIES", int, "retries of a remote call on 429/5xx"),
+    ("model-max-concurrency", "MEMPROXY_MODEL_MAX_CONCURRENCY", int, "remote calls in flight per model"),
+    (
+        "trusted-model-endpoints",
+        "MEMPROXY_TRUSTED_MODEL_ENDPOINTS",
+        str,
+        "regular expressions (comma separated) a registered model's URL must match",
+    ),
 ]
 
 
@@ -180,8 +215,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="ID=PATH",
-        help="register a local sentence-transformers model directory under ID; repeatable "
+        help="register a local sentence-transformers model directory under ID, or a remote embedder "
+        "(ID=URL#provider=openai|tei|cohere,model=M,dimension=N,key_env=VAR); repeatable "
         "(env MEMPROXY_EMBEDDERS, comma separated)",
+    )
+    parser.add_argument(
+        "--reranker",
+        action="append",
+        default=None,
+        metavar="ID=PATH|URL",
+        help="a local cross-encoder directory, or a remote reranker "
+        "(ID=URL#provider=tei|cohere|jina|voyage|vllm,model=M,key_env=VAR); repeatable "
+        "(env MEMPROXY_RERANKERS, separated by ;)",
+    )
+    parser.add_argument(
+        "--llm",
+        action="append",
+        default=None,
+        metavar="ID=URL",
+        help="an OpenAI-compatible chat model (ID=URL#provider=openai|vllm|ollama|llamacpp|litellm|"
+        "openrouter|generic,model=M,key_env=VAR); repeatable (env MEMPROXY_LLMS, separated by ;)",
     )
     parser.add_argument(
         "--allow-scripts",
@@ -220,6 +273,25 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         if "=" not in entry:
             raise SystemExit(f"memproxy: --embedder expects ID=PATH, got {entry!r}")
     values["embedders"] = tuple(e.strip() for e in embedders)
+    for name, entries_flag, env_name in (
+        ("rerankers", args.reranker, "MEMPROXY_RERANKERS"),
+        ("llms", args.llm, "MEMPROXY_LLMS"),
+    ):
+        entries = entries_flag or [e for e in env.get(env_name, "").split(";") if e.strip()]
+        for entry in entries:
+            if "=" not in entry:
+                raise SystemExit(f"memproxy: --{name[:-1]} expects ID=..., got {entry!r}")
+        values[name] = tuple(e.strip() for e in entries)
+    if isinstance(values.get("trusted_model_endpoints"), str):
+        patterns = tuple(p.strip() for p in values["trusted_model_endpoints"].split(",") if p.strip())
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise SystemExit(f"memproxy: --trusted-model-endpoints: {pattern!r}: {exc}") from None
+        values["trusted_model_endpoints"] = patterns
+    if env.get("MEMPROXY_SECRET_KEY"):
+        values["secret_key"] = env["MEMPROXY_SECRET_KEY"]
     if values.get("cache_ttl_s", 0.0) < 0:
         raise SystemExit("memproxy: --cache-ttl-s must be 0 or more")
     if values.get("event_loop", "uvloop") not in ("uvloop", "asyncio"):

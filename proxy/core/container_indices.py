@@ -35,18 +35,24 @@ _INDEX_SETTINGS_KEY = {
 }
 
 
-def embedder_dimension(
+async def embedder_dimension(
     svc: Services, embedder_id: str, model_type: str = "TEXT_EMBEDDING"
 ) -> tuple[str, int]:
-    """(canonical id, dimension) of a registered embedder, with ml-commons' texts for a bad model."""
+    """(canonical id, dimension) of an embedding model, with ml-commons' texts for a bad model.
+
+    Local embedders know their dimension, remote ones are declared (GoodMem's ``dimensionality``) or
+    asked once (an ml-commons remote model embeds one text), so that a wrong ``embedding_dimension`` is
+    refused when the container is created, not found at search time.
+    """
     try:
-        embedder = svc.embedders.get(embedder_id)
+        model = await svc.models.embedding_model(embedder_id)
     except NotFound:
         raise BadRequest(f"Embedding model with ID {embedder_id} not found") from None
     if model_type != "TEXT_EMBEDDING":
-        # memproxy's embedders are dense text-embedding models.
-        raise BadRequest(f"Embedding model must be of type {model_type} or REMOTE, found: TEXT_EMBEDDING")
-    return str(embedder.info.id), int(embedder.info.dimension)
+        # memproxy stores dense vectors: its models are text-embedding models, remote ones included.
+        found = "TEXT_EMBEDDING" if model.local else "REMOTE"
+        raise BadRequest(f"Embedding model must be of type {model_type} or REMOTE, found: {found}")
+    return model.model_id, await svc.models.dimension(model)
 
 
 def _index_settings(container: Container, memory_type: str) -> dict[str, Any]:
@@ -68,8 +74,8 @@ def _flat_keys(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _embedding_meta(svc: Services, container: Container) -> dict[str, Any]:
-    canonical, dimension = embedder_dimension(svc, str(container.embedder_id))
+async def _embedding_meta(svc: Services, container: Container) -> dict[str, Any]:
+    canonical, dimension = await embedder_dimension(svc, str(container.embedder_id))
     return {
         "embedding_model_id": canonical,
         "embedding_model_type": container.configuration.get("embedding_model_type"),
@@ -77,9 +83,9 @@ def _embedding_meta(svc: Services, container: Container) -> dict[str, Any]:
     }
 
 
-def _vector_specs(svc: Services, container: Container) -> list[dict[str, Any]]:
+async def _vector_specs(svc: Services, container: Container) -> list[dict[str, Any]]:
     return [
-        {"name": name, "dimension": embedder_dimension(svc, embedder_id)[1]}
+        {"name": name, "dimension": (await embedder_dimension(svc, embedder_id))[1]}
         for name, embedder_id in container.vector_fields()
     ]
 
@@ -104,7 +110,7 @@ async def _check_shared_long_term(svc: Services, container: Container) -> dict[s
     index = container.index_name("long-term")
     if index is None:
         return None
-    expected = _embedding_meta(svc, container)
+    expected = await _embedding_meta(svc, container)
     meta = await get_index_meta(svc.store, index)
     if meta is None:
         return None
@@ -118,7 +124,7 @@ async def _check_shared_long_term(svc: Services, container: Container) -> dict[s
             "another index_prefix."
         )
     dims = meta.get("knn_dimensions") or {}
-    for spec in _vector_specs(svc, container):
+    for spec in await _vector_specs(svc, container):
         have = dims.get(spec["name"])
         if have is not None and have != spec["dimension"]:
             raise BadRequest(
@@ -133,7 +139,7 @@ async def _complete_long_term_mapping(svc: Services, container: Container, meta:
     """A shared long-term index gains what this container needs and it lacks (mappings only grow): the knn
     fields of a space's extra embedders, and ``metadata_index`` if the index predates metadata filters."""
     dims = meta.get("knn_dimensions") or {}
-    missing = [spec for spec in _vector_specs(svc, container) if spec["name"] not in dims]
+    missing = [spec for spec in await _vector_specs(svc, container) if spec["name"] not in dims]
     meta_mapping = render_metadata_mapping()
     add_metadata = "metadata_index" not in (meta.get("properties") or [])
     if not missing and not add_metadata:
@@ -155,7 +161,7 @@ async def prepare_long_term(svc: Services, container: Container) -> bool:
     if container.embedder_id is None:
         return False
     cfg = container.configuration
-    _, dimension = embedder_dimension(svc, container.embedder_id, cfg["embedding_model_type"])
+    _, dimension = await embedder_dimension(svc, container.embedder_id, cfg["embedding_model_type"])
     check_embedding_dimension(cfg, dimension)
     meta = await _check_shared_long_term(svc, container)
     if meta is not None:
@@ -173,8 +179,8 @@ async def create_memory_indices(svc: Services, container: Container, types: Sequ
         kwargs: dict[str, Any] = {"index_settings": _index_settings(container, memory_type)}
         if memory_type == "long-term":
             kwargs.update(
-                vector_fields=_vector_specs(svc, container),
-                meta={EMBEDDING_META_KEY: _embedding_meta(svc, container)},
+                vector_fields=await _vector_specs(svc, container),
+                meta={EMBEDDING_META_KEY: await _embedding_meta(svc, container)},
                 metadata_mapping=meta_mapping,
             )
         await create_index(svc.store, index, render_memory_index(memory_type, **kwargs))

@@ -76,7 +76,7 @@ async def embed_texts(
     fields = container.vector_fields()
     if not fields:
         raise BadRequest(LONG_TERM_DISABLED, os_type="status_exception")
-    embedders = [svc.embedders.get(embedder_id) for _, embedder_id in fields]
+    embedders = [await svc.models.embedding_model(embedder_id) for _, embedder_id in fields]
     results = await asyncio.gather(*(e.embed(list(texts)) for e in embedders))
     return {
         name: [list(map(float, v)) for v in vectors]

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 from proxy.config import DEFAULT_CACHE_TTL_S
 from proxy.core.cache import Caches
+from proxy.core.models import ModelRegistry
 from proxy.store.client import Store
+from proxy.store.models import ModelDocs
 
 if TYPE_CHECKING:  # proxy.embedding imports torch; pure core code must not pay for that
     from proxy.embedding import EmbedderRegistry
@@ -20,8 +22,15 @@ class Services:
     store: Store
     embedders: EmbedderRegistry
     caches: Caches = field(default_factory=lambda: Caches.with_ttl(DEFAULT_CACHE_TTL_S))
+    # Every model by id (local embedders first, then remote and runtime-registered ones); the app passes
+    # its configured registry, a bare one is made over ``embedders`` otherwise.
+    models: ModelRegistry = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.models is None:
+            object.__setattr__(self, "models", ModelRegistry(ModelDocs(self.store), self.embedders))
 
     async def embed_text(self, embedder_id: str, text: str) -> list[float]:
-        """``text`` embedded by one embedder, as plain floats (unknown id: ``NotFound``; full queue: 429)."""
-        (vector,) = await self.embedders.get(embedder_id).embed([text])
+        """``text`` embedded by one model, as plain floats (unknown id: ``NotFound``; full queue: 429)."""
+        (vector,) = await (await self.models.embedding_model(embedder_id)).embed([text])
         return [float(x) for x in vector]

@@ -45,10 +45,12 @@ class ChatResult:
 class ChatClient:
     """Chat completions against one provider; the ``ProviderClient`` (and its session) is the caller's."""
 
-    def __init__(self, client: ProviderClient) -> None:
+    def __init__(self, client: ProviderClient, *, path: str | None = None) -> None:
         self.client = client
         self.provider = CHAT_PROVIDERS.get(client.settings.provider, CHAT_PROVIDERS["generic"])
-        self.path = api_path(client.settings.base_url, self.provider.base_path, "/chat/completions")
+        # An explicit path (GoodMem's ``apiPath``) is used as given under the base URL.
+        default = api_path(client.settings.base_url, self.provider.base_path, "/chat/completions")
+        self.path = path if path is not None else default
 
     async def complete(
         self,

@@ -16,9 +16,9 @@ from proxy.models.provider import ProviderClient, api_path
 
 __all__ = ["EMBED_PATHS", "EmbedWire", "RemoteEmbedder"]
 
-EmbedWire = Literal["openai", "tei"]
+EmbedWire = Literal["openai", "tei", "cohere"]
 # Where each wire format lives under the server's root (kept once when the base URL already ends with it).
-EMBED_PATHS: dict[str, str] = {"openai": "/v1/embeddings", "tei": "/embed"}
+EMBED_PATHS: dict[str, str] = {"openai": "/v1/embeddings", "tei": "/embed", "cohere": "/v2/embed"}
 
 
 class RemoteEmbedder:
@@ -30,11 +30,12 @@ class RemoteEmbedder:
         model: str | None = None,
         dimension: int | None = None,
         batch_size: int = 32,
+        path: str | None = None,
     ) -> None:
         if wire not in EMBED_PATHS:
             raise ValueError(f"unknown embedding wire format {wire!r}; known: {', '.join(EMBED_PATHS)}")
-        if wire == "openai" and not model:
-            raise ValueError("the OpenAI embeddings format needs a model name")
+        if wire in ("openai", "cohere") and not model:
+            raise ValueError(f"the {wire} embeddings format needs a model name")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.client = client
@@ -43,7 +44,8 @@ class RemoteEmbedder:
         self.dimension = dimension
         self.batch_size = batch_size
         base, _, endpoint = EMBED_PATHS[wire].rpartition("/")
-        self.path = api_path(client.settings.base_url, base, endpoint)
+        # An explicit path (GoodMem's ``apiPath``) is used as given under the base URL.
+        self.path = path if path is not None else api_path(client.settings.base_url, base, endpoint)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors: list[list[float]] = []
@@ -53,9 +55,20 @@ class RemoteEmbedder:
         return vectors
 
     async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        raw: Any
         if self.wire == "openai":
             answer = await self.client.post_json(self.path, {"model": self.model, "input": batch})
             raw = self._openai_vectors(answer)
+        elif self.wire == "cohere":
+            body = {
+                "model": self.model,
+                "texts": batch,
+                "input_type": "search_document",
+                "embedding_types": ["float"],
+            }
+            answer = await self.client.post_json(self.path, body)
+            embeddings = answer.get("embeddings") if isinstance(answer, dict) else None
+            raw = embeddings.get("float") if isinstance(embeddings, dict) else embeddings
         else:
             raw = await self.client.post_json(self.path, {"inputs": batch})
         bad = self.client.bad_shape

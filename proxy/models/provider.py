@@ -86,6 +86,10 @@ class ProviderSettings:
     backoff_base_s: float = 0.5
     # The most a Retry-After header may make us wait before one retry.
     retry_after_cap_s: float = 10.0
+    # Headers sent as given (an ml-commons connector's own, with its credential filled in).
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # Other texts treated like ``api_key`` (a connector's credential values): redacted from every message.
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.max_retries < 0 or self.max_concurrency < 1:
@@ -146,6 +150,9 @@ def api_path(base_url: str, base_path: str, endpoint: str) -> str:
 
 
 def join_url(base_url: str, path: str) -> str:
+    """``base_url`` + ``path``; an empty path is the base URL itself (an ml-commons connector's full URL)."""
+    if not path:
+        return base_url
     return base_url.rstrip("/") + "/" + path.lstrip("/")
 
 
@@ -219,12 +226,16 @@ class ProviderClient:
         if key:
             name, prefix = AUTH_HEADERS.get(self.settings.provider, _BEARER)
             headers[name] = prefix + key
+        headers.update(self.settings.headers)
         return headers
 
     def redact(self, text: str) -> str:
-        """``text`` without the API key, which a provider may echo back in its error messages."""
-        key = self.settings.api_key
-        return text.replace(key, _REDACTED) if key else text
+        """``text`` without the API key (or a secret header), which a provider may echo back in its errors."""
+        secrets = [self.settings.api_key or "", *self.settings.secrets]
+        for secret in sorted(secrets, key=len, reverse=True):
+            if secret:
+                text = text.replace(secret, _REDACTED)
+        return text
 
     def _error(self, kind: type[ProviderError], message: str, status: int | None = None) -> ProviderError:
         return kind(self.redact(message), provider=self.settings.provider, provider_status=status)

@@ -34,7 +34,9 @@ RERANK_WIRES: dict[str, tuple[str, str | None, str]] = {
 
 
 class RemoteReranker:
-    def __init__(self, client: ProviderClient, *, wire: RerankWire, model: str | None = None) -> None:
+    def __init__(
+        self, client: ProviderClient, *, wire: RerankWire, model: str | None = None, path: str | None = None
+    ) -> None:
         if wire not in RERANK_WIRES:
             raise ValueError(f"unknown rerank wire format {wire!r}; known: {', '.join(RERANK_WIRES)}")
         if wire != "tei" and not model:
@@ -42,9 +44,10 @@ class RemoteReranker:
         self.client = client
         self.wire = wire
         self.model = model
-        path, self._list_key, self._score_key = RERANK_WIRES[wire]
-        base, _, endpoint = path.rpartition("/")
-        self.path = api_path(client.settings.base_url, base, endpoint)
+        default_path, self._list_key, self._score_key = RERANK_WIRES[wire]
+        base, _, endpoint = default_path.rpartition("/")
+        # An explicit path (GoodMem's ``apiPath``) is used as given under the base URL.
+        self.path = path if path is not None else api_path(client.settings.base_url, base, endpoint)
 
     def _body(self, query: str, documents: list[str]) -> dict[str, Any]:
         if self.wire == "tei":

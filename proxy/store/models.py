@@ -1,0 +1,127 @@
+"""The model registry's documents (``memproxy-models``) and the credential master key
+(``memproxy-models-config``); both private to memproxy (the pass-through refuses ``memproxy-models*``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.errors import Conflict
+from proxy.store.client import OpenSearchError, Store, url
+from proxy.store.memories import search
+from proxy.store.templates import render_index_body
+
+__all__ = ["MODELS", "MODELS_CONFIG", "ModelDocs"]
+
+log = logging.getLogger(__name__)
+
+MODELS = "memproxy-models"
+MODELS_CONFIG = "memproxy-models-config"
+_TEMPLATES = {MODELS: "models", MODELS_CONFIG: "models_config"}
+_MASTER_KEY_ID = "master-key"
+
+
+class ModelDocs:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._ensured: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    async def ensure(self, index: str = MODELS) -> None:
+        if index in self._ensured:
+            return
+        async with self._lock:
+            if index in self._ensured:
+                return
+            try:
+                await self.store.request("PUT", url(index), body=render_index_body(_TEMPLATES[index]))
+            except OpenSearchError as exc:
+                if exc.os_type != "resource_already_exists_exception":
+                    raise
+            self._ensured.add(index)
+
+    async def get(self, doc_id: str) -> dict[str, Any] | None:
+        try:
+            res = await self.store.request("GET", url(MODELS, "_doc", doc_id))
+        except OpenSearchError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if not isinstance(res, dict) or not res.get("found"):
+            return None
+        source: dict[str, Any] = res.get("_source") or {}
+        return source
+
+    async def put(self, doc_id: str, body: Mapping[str, Any], *, create: bool = False) -> None:
+        """Write one document, refreshed (so every process lists it at once); ``create`` refuses to
+        overwrite with 409."""
+        await self.ensure()
+        params: dict[str, Any] = {"refresh": "true"}
+        if create:
+            params["op_type"] = "create"
+        try:
+            await self.store.request("PUT", url(MODELS, "_doc", doc_id), body=dict(body), params=params)
+        except OpenSearchError as exc:
+            if exc.status == 409:
+                raise Conflict(f"A model registry entry with id {doc_id} already exists") from None
+            raise
+
+    async def delete(self, doc_id: str) -> bool:
+        try:
+            res = await self.store.request("DELETE", url(MODELS, "_doc", doc_id), params={"refresh": "true"})
+        except OpenSearchError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return bool(isinstance(res, dict) and res.get("result") == "deleted")
+
+    async def find(
+        self, kinds: Sequence[str], terms: Mapping[str, Any] | None = None, *, size: int = 1000
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """(id, source) of the documents of ``kinds`` whose ``memproxy.<field>`` equal ``terms``, newest
+        first."""
+        await self.ensure()
+        filters: list[dict[str, Any]] = [{"terms": {"memproxy.kind": list(kinds)}}]
+        filters += [{"term": {f"memproxy.{k}": v}} for k, v in (terms or {}).items()]
+        body = {
+            "size": size,
+            "query": {"bool": {"filter": filters}},
+            "sort": [{"memproxy.created_at": {"order": "desc", "unmapped_type": "long"}}],
+        }
+        res = await search(self.store, MODELS, body)
+        return [(h["_id"], h.get("_source") or {}) for h in res.get("hits", {}).get("hits", [])]
+
+    async def search_view(self, kinds: Sequence[str], body: Mapping[str, Any]) -> dict[str, Any]:
+        """A caller's ``_search`` body run over one API's documents: the caller's query scores, the kinds
+        filter beside it, memproxy's own fields left out of every hit."""
+        await self.ensure()
+        narrowed = dict(body)
+        query = narrowed.pop("query", None) or {"match_all": {}}
+        narrowed["query"] = {"bool": {"must": [query], "filter": [{"terms": {"memproxy.kind": list(kinds)}}]}}
+        source = narrowed.get("_source")
+        if source is False:
+            pass
+        elif isinstance(source, dict):
+            narrowed["_source"] = {**source, "excludes": [*source.get("excludes", []), "memproxy"]}
+        else:
+            includes = source if isinstance(source, list | str) else None
+            narrowed["_source"] = {"excludes": ["memproxy"], **({"includes": includes} if includes else {})}
+        result: dict[str, Any] = await search(self.store, MODELS, narrowed)
+        return result
+
+    async def master_key(self, fresh: str) -> tuple[str, bool]:
+        """The cluster's credential key: the stored one, or ``fresh`` stored now. (key, created)."""
+        await self.ensure(MODELS_CONFIG)
+        doc = url(MODELS_CONFIG, "_doc", _MASTER_KEY_ID)
+        try:
+            await self.store.request(
+                "PUT", doc, body={"key": fresh}, params={"op_type": "create", "refresh": "true"}
+            )
+            return fresh, True
+        except OpenSearchError as exc:
+            if exc.status != 409:
+                raise
+        res = await self.store.request("GET", doc)
+        return str(res["_source"]["key"]), False
