@@ -72,6 +72,7 @@ class Recorder:
 class FakeEmbedder:
     def __init__(self, rec: Recorder, embedder_id: str) -> None:
         self.rec, self.embedder_id = rec, embedder_id
+        self.info = SimpleNamespace(id=embedder_id, dimension=2)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if self.rec.overloaded:

@@ -231,6 +231,7 @@ class FakeNode:
 class FakeEmbedders:
     def __init__(self) -> None:
         self.full = False
+        self.info = SimpleNamespace(id="e", dimension=3)
 
     def get(self, embedder_id: str) -> FakeEmbedders:
         return self
