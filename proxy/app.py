@@ -27,6 +27,7 @@ from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
 from proxy.core.models.startup import parse_model_flag
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
+from proxy.embedding.errors import ModelLoadError
 from proxy.embedding.rerank import LocalReranker
 from proxy.store.client import Store
 from proxy.store.models import ModelDocs
@@ -50,8 +51,11 @@ async def _embedders_ctx(app: web.Application) -> AsyncIterator[None]:
         for i in settings.embedders
         if not i.split("=", 1)[1].strip().startswith(("http://", "https://"))
     ]
-    registry = EmbedderRegistry.from_specs(specs, settings.engine_options())
-    await registry.start()
+    try:
+        registry = EmbedderRegistry.from_specs(specs, settings.engine_options())
+        await registry.start()
+    except (ValueError, ModelLoadError) as exc:  # the operator's flag, said in a line, not a traceback
+        raise SystemExit(f"memproxy: {exc}") from None
     app[EMBEDDERS] = registry
     for info in registry.infos():
         log.info(
@@ -100,7 +104,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
             ttl_s=settings.cache_ttl_s,
             trusted_endpoints=settings.trusted_model_endpoints,
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ModelLoadError) as exc:
         for reranker in local_rerankers.values():
             await reranker.close()
         raise SystemExit(f"memproxy: {exc}") from None

@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 from proxy import __version__
-from proxy.app_keys import EMBEDDERS, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import EMBEDDERS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.errors import MemproxyError
 
 __all__ = ["routes"]
@@ -40,6 +40,17 @@ async def health(request: web.Request) -> web.Response:
                 {"id": i.id, "name": i.name, "dimension": i.dimension, "device": i.device, "dtype": i.dtype}
                 for i in app[EMBEDDERS].infos()
             ],
+            # Models from start-up flags (runtime ones are listed by each API's own routes); no keys.
+            "models": [
+                {
+                    "id": m.model_id,
+                    "kind": m.kind,
+                    "provider": m.call.chat_provider if m.kind == "llm" else m.call.wire,
+                    "endpoint": m.call.endpoint_url,
+                }
+                for m in app[SERVICES].models.startup.values()
+            ]
+            + [{"id": i, "kind": "reranker", "provider": "local"} for i in app[SERVICES].models.rerankers],
         },
         "cluster": cluster_view,
         "settings": app[SETTINGS].masked(),
