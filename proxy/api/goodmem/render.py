@@ -8,9 +8,10 @@ from typing import Any
 
 from proxy import __version__
 from proxy.core.goodmem.apikeys import ApiKey
-from proxy.core.goodmem.embedders import Embedder
 from proxy.core.goodmem.grants import Grant
 from proxy.core.goodmem.ids import NIL_UUID, now_ms
+from proxy.core.goodmem.models import CreatedLLM
+from proxy.core.goodmem.providers import ProviderModel
 from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.spaces import Space
 from proxy.core.goodmem.system import Initialized, Instance
@@ -19,11 +20,12 @@ from proxy.core.goodmem.users import User
 __all__ = [
     "api_key_json",
     "chunk_json",
-    "embedder_json",
     "grant_json",
     "init_json",
     "instance_json",
+    "llm_created_json",
     "memory_json",
+    "model_json",
     "space_json",
     "system_info",
     "user_json",
@@ -39,7 +41,13 @@ def system_info() -> dict[str, Any]:
         "minor": parts[1],
         "patch": parts[2],
         "dirty": False,
-        "capabilities": {"server": "memproxy", "store": "opensearch", "embedders": "local"},
+        "capabilities": {
+            "server": "memproxy",
+            "store": "opensearch",
+            "embedders": "local and provider",
+            "rerankers": "local and provider",
+            "llms": "provider",
+        },
     }
 
 
@@ -167,33 +175,23 @@ def space_json(space: Space) -> dict[str, Any]:
     }
 
 
-def embedder_json(embedder: Embedder) -> dict[str, Any]:
-    """EmbedderResponse with both generations' required fields."""
-    out: dict[str, Any] = {
-        "embedderId": embedder.embedder_id,
-        "displayName": embedder.display_name,
-        "providerType": embedder.provider_type,
-        "endpointUrl": embedder.endpoint_url,
-        "apiPath": embedder.api_path,
-        "modelIdentifier": embedder.model_identifier,
-        "dimensionality": embedder.dimensionality,
-        "distributionType": embedder.distribution_type,
-        "supportedModalities": ["TEXT"],
-        "labels": dict(embedder.labels),
-        "ownerId": embedder.owner_id,
-        "createdAt": embedder.created_at,
-        "updatedAt": embedder.updated_at,
-        "createdById": embedder.owner_id,
-        "updatedById": embedder.updated_by_id,
-    }
-    if embedder.max_sequence_length is not None:
-        out["maxSequenceLength"] = embedder.max_sequence_length
-    out["description"] = embedder.description
-    if embedder.version is not None:
-        out["version"] = embedder.version
-    if embedder.monitoring_endpoint is not None:
-        out["monitoringEndpoint"] = embedder.monitoring_endpoint
+def model_json(model: ProviderModel) -> dict[str, Any]:
+    """EmbedderResponse / RerankerResponse / LLMResponse: the stored response fields, which hold both
+    generations' required ones. ``credentials`` is never part of them (nor of any answer)."""
+    out = {k: v for k, v in model.view.items() if k != "credentials"}
+    out.setdefault("labels", {})
+    out.setdefault("supportedModalities", ["TEXT"])
+    if model.spec.kind == "llm":
+        out.setdefault("capabilities", {})
     return out
+
+
+def llm_created_json(created: CreatedLLM) -> dict[str, Any]:
+    """CreateLLMResponse: ``{llm, statuses}``."""
+    return {
+        "llm": model_json(created.llm),
+        "statuses": [{"code": s.code, "message": s.message} for s in created.statuses],
+    }
 
 
 def memory_json(record: MemoryRecord, include_content: bool) -> dict[str, Any]:

@@ -1,25 +1,49 @@
-"""GoodMem embedders = memproxy's local embedding models (the registry), and how GoodMem embeds a text.
+"""GoodMem embedders: memproxy's local models and the provider models clients register, and how a space
+finds and uses one.
 
-The models are configured at start-up (the built-in default plus ``--embedder ID=PATH``); their ids are
-stable. What a client may edit (display name, description, labels, version, monitoring endpoint) is kept in
-``memproxy-goodmem-embedders``. Registering a remote endpoint is not supported: create answers 501 and says
-how to register a local model; changing a local model's identity (model, dimensions, endpoint) is a 400.
+* Built-in: the local sentence-transformers models (the default one plus ``--embedder ID=PATH``) and the
+  remote models named at start-up (``--embedder ID=URL#...``), listed with their stable ids; their identity
+  is fixed, their descriptive fields editable (``proxy.core.goodmem.providers``), they cannot be deleted.
+* Registered: ``POST /v1/embedders`` stores a provider model (OpenAI-compatible, TEI or Cohere wire) in the
+  model registry; a space on it embeds through the registry (``svc.models.embedding_model``), at ingest and
+  at retrieval alike.
+
+A space checks its embedders when it is created: each must exist and be readable by the caller, and a remote
+one is asked for one vector, so that a declared ``dimensionality`` the endpoint does not produce is refused
+then (400) rather than found at search time. Deleting an embedder a space uses is 409; changing what defines
+its vectors (``dimensionality``, ``distributionType``, ``modelIdentifier``) is 412.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from proxy.core.containers import list_containers
 from proxy.core.goodmem.context import GoodMem
-from proxy.core.goodmem.ids import NIL_UUID, now_ms
-from proxy.core.goodmem.validation import LabelChange
-from proxy.core.identity import Principal, require_admin
+from proxy.core.goodmem.providers import (
+    EMBEDDER,
+    ModelQuery,
+    ModelUpdate,
+    NewModel,
+    ProviderModel,
+    create_model,
+    delete_record,
+    instance_context,
+    list_all,
+    load_model,
+    overlays,
+    startup_models,
+    update_model,
+    with_overlay,
+)
+from proxy.core.identity import Principal
 from proxy.core.tasks import gather
-from proxy.errors import BadRequest, Conflict, NotFound, Unimplemented
-from proxy.store.client import OpenSearchError
-from proxy.store.goodmem import EMBEDDERS
+from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
+from proxy.ids import is_uuid
+from proxy.models import ProviderBadAnswer
 
 if TYPE_CHECKING:  # proxy.embedding imports torch; pure core code must not pay for that
     from proxy.embedding import EmbedderInfo
@@ -27,262 +51,230 @@ if TYPE_CHECKING:  # proxy.embedding imports torch; pure core code must not pay 
 __all__ = [
     "LOCAL_ENDPOINT",
     "LOCAL_PROVIDER",
-    "REGISTER_HINT",
-    "Embedder",
-    "EmbedderUpdate",
-    "NewEmbedder",
+    "EmbedderRef",
+    "builtin_embedders",
     "canonical_embedder_id",
     "create_embedder",
     "delete_embedder",
     "embed_text",
-    "find_embedder",
+    "find_local",
     "get_embedder",
     "list_embedders",
     "resolve_embedder",
+    "spaces_using",
     "update_embedder",
+    "verify_embedder",
 ]
 
 # The closest provider of both generations' enums: a self-hosted sentence-transformers model, like TEI serves.
 LOCAL_PROVIDER = "TEI"
 LOCAL_ENDPOINT = "local://memproxy"
-REGISTER_HINT = (
-    "memproxy serves local embedding models only; register one at start-up with "
-    "--embedder ID=PATH (a sentence-transformers model directory; env MEMPROXY_EMBEDDERS) "
-    "and list them with GET /v1/embedders"
-)
+_LIST_BATCH = 1000
 
 
-# --- the registry ------------------------------------------------------------------------------------------
+# --- finding an embedder -------------------------------------------------------------------------------
 
 
-def _infos(gm: GoodMem) -> list[EmbedderInfo]:
-    return list(gm.embedders.infos())
-
-
-def find_embedder(gm: GoodMem, embedder_id: str) -> EmbedderInfo | None:
-    """The registry's EmbedderInfo for an id (or an alias the registry knows); None when unknown."""
-    for info in _infos(gm):
+def find_local(gm: GoodMem, embedder_id: str) -> EmbedderInfo | None:
+    """The local model for an id (or an alias the local registry knows); None when it is not local."""
+    for info in gm.embedders.infos():
         if str(info.id) == embedder_id or str(info.id).lower() == embedder_id.lower():
             return info
     try:
         found: Any = gm.embedders.get(embedder_id)
-    except Exception:  # the registry's own "unknown embedder" error
-        return None
-    if found is None:
+    except Exception:  # the local registry's own "unknown embedder" error
         return None
     wanted = str(getattr(found, "id", getattr(getattr(found, "info", None), "id", "")))
-    return next((i for i in _infos(gm) if str(i.id) == wanted), None)
-
-
-def resolve_embedder(gm: GoodMem, embedder_id: Any, *, missing: type[Exception] = BadRequest) -> EmbedderInfo:
-    """The EmbedderInfo a space refers to; a space naming an unknown embedder is 400 'Embedder not found'."""
-    if not isinstance(embedder_id, str) or not embedder_id:
-        raise BadRequest("embedderId is required")
-    info = find_embedder(gm, embedder_id)
-    if info is None:
-        raise missing("Embedder not found")
-    return info
+    return next((i for i in gm.embedders.infos() if str(i.id) == wanted), None)
 
 
 def canonical_embedder_id(gm: GoodMem, embedder_id: str) -> str:
-    """The registry's id for an id or alias; unknown ids stay as given (and then match no space)."""
-    info = find_embedder(gm, embedder_id)
-    return str(info.id) if info is not None else embedder_id
+    """The id a space stores for an id or alias: a local model's alias becomes its id; a registered or
+    start-up model's id is its own canonical form (a UUID in canonical spelling)."""
+    info = find_local(gm, embedder_id)
+    if info is not None:
+        return str(info.id)
+    return str(uuid.UUID(embedder_id)) if is_uuid(embedder_id) else embedder_id
+
+
+@dataclass(frozen=True)
+class EmbedderRef:
+    """An embedder a space names, resolved: its canonical id and vector length."""
+
+    embedder_id: str
+    dimension: int
+    local: bool
+
+
+async def verify_embedder(gm: GoodMem, ref: EmbedderRef) -> None:
+    """Ask a remote embedder for one vector: its length must be the declared dimensionality."""
+    model = await gm.svc.models.embedding_model(ref.embedder_id)
+    try:
+        vectors = await model.embed(["dimensionality check"])
+    except ProviderBadAnswer as exc:
+        raise BadRequest(
+            f"Embedder {ref.embedder_id} does not answer as registered (dimensionality {ref.dimension}): "
+            f"{exc.message}"
+        ) from None
+    if len(vectors) != 1 or len(vectors[0]) != ref.dimension:
+        got = len(vectors[0]) if vectors else 0
+        raise BadRequest(
+            f"Embedder {ref.embedder_id} declares dimensionality {ref.dimension} but its endpoint answers "
+            f"{got}-dimensional vectors"
+        )
+
+
+async def resolve_embedder(
+    gm: GoodMem,
+    embedder_id: Any,
+    *,
+    principal: Principal | None = None,
+    missing: type[Exception] = BadRequest,
+) -> EmbedderRef:
+    """The embedder a space names: local, start-up or registered. Unknown: ``missing`` 'Embedder not
+    found' (400 for a space, as live servers answer); one the caller may not read: 403."""
+    if not isinstance(embedder_id, str) or not embedder_id:
+        raise BadRequest("embedderId is required")
+    info = find_local(gm, embedder_id)
+    if info is not None:
+        return EmbedderRef(str(info.id), int(info.dimension), local=True)
+    wanted = canonical_embedder_id(gm, embedder_id)
+    registry = gm.svc.models
+    startup = registry.startup.get(wanted)
+    if startup is not None and startup.kind == "embedder":
+        ref = EmbedderRef(wanted, int(startup.call.dimension or 0), local=False)
+    else:
+        record = await registry.get(wanted, ["embedder"])
+        if record is None or record.api != "goodmem":
+            raise missing("Embedder not found")
+        if principal is not None:
+            try:
+                await load_model(gm, principal, EMBEDDER, wanted, [])
+            except Forbidden:
+                raise Forbidden(f"Permission denied: cannot use embedder {wanted}") from None
+        if record.view.get("distributionType") == "SPARSE":
+            raise BadRequest(f"Embedder {wanted} is SPARSE; memproxy spaces store dense vectors only")
+        ref = EmbedderRef(wanted, int(record.view["dimensionality"]), local=False)
+    return ref
 
 
 async def embed_text(gm: GoodMem, embedder_ids: Iterable[str], text: str) -> dict[str, list[float]]:
     """``text`` embedded once by each distinct embedder, concurrently, by id (a full queue: 429)."""
     ids = list(dict.fromkeys(embedder_ids))
-
     vectors = await gather([gm.svc.embed_text(e, text) for e in ids])
     return dict(zip(ids, vectors, strict=True))
 
 
-# --- the embedders as GoodMem shows them ---------------------------------------------------------------
+async def spaces_using(gm: GoodMem, embedder_id: str) -> int:
+    """How many spaces embed with ``embedder_id``, in any position of their embedder list."""
+    first = await gm.docs.containers_using_embedder(embedder_id)
+    if first:
+        return first
+    # A space's further embedders live in its ``goodmem`` object, which is stored but not indexed.
+    count = 0
+    after: list[Any] | None = None
+    while True:
+        page = await list_containers(gm.svc, size=_LIST_BATCH, search_after=after)
+        count += sum(1 for c in page.containers if embedder_id in [e for _, e in c.vector_fields()])
+        if len(page.containers) < _LIST_BATCH or page.next_search_after is None:
+            return count
+        after = page.next_search_after
 
 
-@dataclass(frozen=True)
-class Embedder:
-    """A local model as a GoodMem embedder: the registry's facts, overlaid with what clients edited."""
+# --- the embedders as GoodMem shows them -----------------------------------------------------------------
 
-    info: EmbedderInfo
-    display_name: str
-    description: str
-    labels: dict[str, str]
-    owner_id: str
-    created_at: int
-    updated_at: int
-    updated_by_id: str
-    version: Any = None
-    monitoring_endpoint: Any = None
 
-    provider_type = LOCAL_PROVIDER
-    api_path = "/embed"
-    distribution_type = "DENSE"
+def _local_view(info: EmbedderInfo) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "embedderId": str(info.id),
+        "displayName": str(info.name or info.id),
+        "description": (
+            f"Local model {info.model_path} ({info.pooling} pooling) on {info.device}/{info.dtype}"
+        ),
+        "providerType": LOCAL_PROVIDER,
+        "endpointUrl": f"{LOCAL_ENDPOINT}/{info.id}",
+        "apiPath": "/embed",
+        "modelIdentifier": str(info.name or info.id),
+        "dimensionality": int(info.dimension),
+        "distributionType": "DENSE",
+    }
+    max_tokens = getattr(info, "max_tokens", None)
+    if max_tokens:
+        view["maxSequenceLength"] = int(max_tokens)
+    view["supportedModalities"] = ["TEXT"]
+    return view
 
-    @classmethod
-    def of(
-        cls, info: EmbedderInfo, overlay: Mapping[str, Any] | None, owner_id: str, created_at: int
-    ) -> Embedder:
-        ov = overlay or {}
-        description = ov.get("description")
-        if description is None:
-            description = (
-                f"Local model {info.model_path} ({info.pooling} pooling) on {info.device}/{info.dtype}"
-            )
-        return cls(
-            info=info,
-            display_name=ov.get("display_name") or str(info.name or info.id),
-            description=description,
-            labels=dict(ov.get("labels") or {}),
-            owner_id=owner_id,
-            created_at=int(ov.get("created_at") or created_at),
-            updated_at=int(ov.get("updated_at") or created_at),
-            updated_by_id=ov.get("updated_by_id") or owner_id,
-            version=ov.get("version"),
-            monitoring_endpoint=ov.get("monitoring_endpoint"),
+
+async def builtin_embedders(gm: GoodMem) -> list[ProviderModel]:
+    """The local models, then the start-up remote ones, with the edits clients made."""
+    owner, created = await instance_context(gm)
+    local = [
+        ProviderModel(
+            EMBEDDER,
+            str(info.id),
+            {
+                **_local_view(info),
+                "labels": {},
+                "ownerId": owner,
+                "createdAt": created,
+                "updatedAt": created,
+                "createdById": owner,
+                "updatedById": owner,
+            },
+            builtin=True,
         )
-
-    @property
-    def embedder_id(self) -> str:
-        return str(self.info.id)
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"{LOCAL_ENDPOINT}/{self.info.id}"
-
-    @property
-    def model_identifier(self) -> str:
-        return str(self.info.name or self.info.id)
-
-    @property
-    def dimensionality(self) -> int:
-        return int(self.info.dimension)
-
-    @property
-    def max_sequence_length(self) -> int | None:
-        max_tokens = getattr(self.info, "max_tokens", None)
-        return int(max_tokens) if max_tokens else None
-
-    def identity(self) -> dict[str, Any]:
-        """What makes the model what it is, by its GoodMem field name (absent: None)."""
-        return {
-            "endpointUrl": self.endpoint_url,
-            "apiPath": self.api_path,
-            "modelIdentifier": self.model_identifier,
-            "dimensionality": self.dimensionality,
-            "distributionType": self.distribution_type,
-            "maxSequenceLength": self.max_sequence_length,
-        }
+        for info in gm.embedders.infos()
+    ]
+    models = [*local, *await startup_models(gm, EMBEDDER, owner, created)]
+    edits = await overlays(gm, [m.model_id for m in models])
+    return [
+        ProviderModel(EMBEDDER, m.model_id, with_overlay(m.view, edits.get(m.model_id)), builtin=True)
+        for m in models
+    ]
 
 
-@dataclass(frozen=True)
-class NewEmbedder:
-    """``POST /v1/embedders``, validated (memproxy answers it with 409 or 501, never by registering)."""
-
-    embedder_id: str | None = None
+async def list_embedders(gm: GoodMem, principal: Principal, query: ModelQuery) -> list[ProviderModel]:
+    return await list_all(gm, principal, EMBEDDER, await builtin_embedders(gm), query)
 
 
-@dataclass(frozen=True)
-class EmbedderUpdate:
-    """``PUT /v1/embedders/{id}``, validated. ``provider_type`` and ``identity`` (GoodMem field name → value
-    sent) may only repeat the current values; the descriptive fields replace theirs when not None."""
-
-    provider_type: object = None
-    identity: Mapping[str, object] = field(default_factory=dict)
-    credentials: bool = False
-    display_name: str | None = None
-    description: str | None = None
-    version: str | None = None
-    monitoring_endpoint: str | None = None
-    labels: LabelChange = field(default_factory=LabelChange)
+async def get_embedder(gm: GoodMem, principal: Principal, embedder_id: str) -> ProviderModel:
+    return await load_model(
+        gm, principal, EMBEDDER, canonical_embedder_id(gm, embedder_id), await builtin_embedders(gm)
+    )
 
 
-async def _context(gm: GoodMem) -> tuple[str, int]:
-    record = await gm.instance.get()
-    if record is None:
-        return NIL_UUID, now_ms()
-    return str(record["root_user_id"]), int(record.get("created_at") or now_ms())
-
-
-async def _overlays(gm: GoodMem, ids: list[str]) -> dict[str, dict[str, Any]]:
-    try:
-        return await gm.docs.mget(EMBEDDERS, ids)
-    except OpenSearchError:
-        return {}
-
-
-async def list_embedders(
-    gm: GoodMem,
-    *,
-    provider_type: str | None = None,
-    owner_id: str | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> list[Embedder]:
-    owner, created = await _context(gm)
-    infos = _infos(gm)
-    overlays = await _overlays(gm, [str(i.id) for i in infos])
-    out = [Embedder.of(i, overlays.get(str(i.id)), owner, created) for i in infos]
-    if provider_type:
-        out = [e for e in out if e.provider_type == provider_type]
-    if owner_id:
-        out = [e for e in out if e.owner_id == owner_id]
-    for key, value in (labels or {}).items():
-        out = [e for e in out if e.labels.get(key) == value]
-    return out
-
-
-async def get_embedder(gm: GoodMem, embedder_id: str) -> Embedder:
-    info = resolve_embedder(gm, embedder_id, missing=NotFound)
-    owner, created = await _context(gm)
-    overlay = (await _overlays(gm, [str(info.id)])).get(str(info.id))
-    return Embedder.of(info, overlay, owner, created)
-
-
-async def create_embedder(gm: GoodMem, principal: Principal, req: NewEmbedder) -> Embedder:
-    """Registering remote endpoints is not supported: 409 for a local id, else 501 with how to add a model."""
-    if req.embedder_id is not None and find_embedder(gm, req.embedder_id) is not None:
+async def create_embedder(gm: GoodMem, principal: Principal, req: NewModel) -> ProviderModel:
+    """Register a provider embedder (201); a client-chosen id that names a local model or anything in the
+    registry is 409, and so is the same configuration registered again."""
+    builtins = await builtin_embedders(gm)
+    taken = {m.model_id for m in builtins}
+    if req.model_id is not None and find_local(gm, req.model_id) is not None:
         raise Conflict("An embedder with this ID already exists")
-    raise Unimplemented(REGISTER_HINT)
+    return await create_model(gm, principal, EMBEDDER, req, taken)
 
 
 async def update_embedder(
-    gm: GoodMem, principal: Principal, embedder_id: str, req: EmbedderUpdate
-) -> Embedder:
-    """Edit the descriptive attributes of a local embedder; its model identity is fixed."""
-    require_admin(principal, "updating embedders")
-    current = await get_embedder(gm, embedder_id)
-    if req.provider_type not in (None, current.provider_type):
-        raise BadRequest("providerType is immutable")
-    have = current.identity()
-    for name, value in req.identity.items():
-        if value is not None and value != have.get(name):
-            raise BadRequest(f"{name} of a local embedder cannot change; {REGISTER_HINT}")
-    if req.credentials:
-        raise BadRequest("local embedders take no credentials")
-    overlay = (await _overlays(gm, [current.embedder_id])).get(current.embedder_id) or {}
-    for name, value in (
-        ("display_name", req.display_name),
-        ("description", req.description),
-        ("version", req.version),
-        ("monitoring_endpoint", req.monitoring_endpoint),
+    gm: GoodMem, principal: Principal, current: ProviderModel, req: ModelUpdate
+) -> ProviderModel:
+    """Update an embedder the caller could read (``get_embedder``: a 404 or 403 comes before the body's
+    400)."""
+    used = None
+    if not current.builtin and any(
+        k in req.changes for k in ("dimensionality", "distributionType", "modelIdentifier")
     ):
-        if value is not None:
-            overlay[name] = value
-    overlay["labels"] = req.labels.apply(current.labels)
-    overlay.update(embedder_id=current.embedder_id, updated_at=now_ms(), updated_by_id=principal.user_id)
-    overlay.setdefault("created_at", current.created_at)
-    await gm.docs.put(EMBEDDERS, current.embedder_id, overlay)
-    return await get_embedder(gm, current.embedder_id)
+        used = await spaces_using(gm, current.model_id)
+    return await update_model(gm, principal, current, req, in_use=used)
 
 
 async def delete_embedder(gm: GoodMem, principal: Principal, embedder_id: str) -> None:
-    """409 while a space uses it (as GoodMem); else 400: a local model is removed by its start-up flag."""
-    require_admin(principal, "deleting embedders")
-    info = resolve_embedder(gm, embedder_id, missing=NotFound)
-    used = await gm.docs.containers_using_embedder(str(info.id))
+    """409 while a space uses it (as GoodMem); a built-in model is 400 (remove its start-up flag)."""
+    try:
+        current = await get_embedder(gm, principal, embedder_id)
+    except NotFound:
+        raise NotFound("Embedder not found") from None
+    if current.builtin and not principal.is_admin:
+        raise Forbidden("Permission denied: deleting embedders requires an administrator")
+    used = await spaces_using(gm, current.model_id)
     if used:
         raise Conflict(f"Embedder is in use by {used} space(s)")
-    raise BadRequest(
-        f"A local embedder cannot be deleted through the API; remove its --embedder flag. {REGISTER_HINT}"
-    )
+    await delete_record(gm, principal, current)

@@ -25,7 +25,7 @@ from proxy.core.containers import (
 from proxy.core.containers import update_container as update_container_core
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, ChunkingConfig
 from proxy.core.goodmem.context import GoodMem
-from proxy.core.goodmem.embedders import resolve_embedder
+from proxy.core.goodmem.embedders import EmbedderRef, resolve_embedder, verify_embedder
 from proxy.core.goodmem.ids import NIL_UUID, check_space_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.validation import LabelChange
@@ -237,12 +237,12 @@ async def _name_taken(gm: GoodMem, name: str, owner: str, *, exclude: str | None
 
 
 async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Space:
-    embedders: list[tuple[Any, float]] = []
+    embedders: list[tuple[EmbedderRef, float]] = []
     for spec in req.embedders:
-        info = resolve_embedder(gm, spec.embedder_id)
-        if any(str(prev.id) == str(info.id) for prev, _ in embedders):
-            raise BadRequest(f"spaceEmbedders lists embedder {info.id} twice")
-        embedders.append((info, spec.weight))
+        ref = await resolve_embedder(gm, spec.embedder_id, principal=principal)
+        if any(prev.embedder_id == ref.embedder_id for prev, _ in embedders):
+            raise BadRequest(f"spaceEmbedders lists embedder {ref.embedder_id} twice")
+        embedders.append((ref, spec.weight))
     owner = principal.user_id
     if req.owner_id is not None:
         owner = req.owner_id
@@ -252,20 +252,25 @@ async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Spac
             raise NotFound("Owner not found")
     if await _name_taken(gm, req.name, owner):
         raise Conflict("A space with this name already exists")
+    for ref, _ in embedders:
+        # A remote embedder is asked for one vector now, so that a declared dimensionality its endpoint does
+        # not produce is refused here rather than found at search time.
+        if not ref.local:
+            await verify_embedder(gm, ref)
     now = now_ms()
     first = embedders[0][0]
     goodmem = {
         "labels": req.labels,
         "space_embedders": [
             {
-                "embedder_id": str(info.id),
+                "embedder_id": ref.embedder_id,
                 "default_retrieval_weight": weight,
                 "created_at": now,
                 "updated_at": now,
                 "created_by_id": principal.user_id,
                 "updated_by_id": principal.user_id,
             }
-            for info, weight in embedders
+            for ref, weight in embedders
         ],
         "default_chunking_config": req.chunking.to_json(),
         "owner_id": owner,
@@ -274,10 +279,10 @@ async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Spac
         "public_read": req.public_read,
     }
     configuration = {
-        "index_prefix": space_index_prefix([str(info.id) for info, _ in embedders]),
+        "index_prefix": space_index_prefix([ref.embedder_id for ref, _ in embedders]),
         "embedding_model_type": "TEXT_EMBEDDING",
-        "embedding_model_id": str(first.id),
-        "embedding_dimension": int(first.dimension),
+        "embedding_model_id": first.embedder_id,
+        "embedding_dimension": first.dimension,
     }
     try:
         container = await create_container(
