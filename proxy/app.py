@@ -19,10 +19,12 @@ from proxy.api.errors import error_middleware
 from proxy.api.guards import input_guard_middleware
 from proxy.api.identity import identity_middleware, log_auth_mode
 from proxy.api.passthrough import passthrough
-from proxy.app_keys import EMBEDDERS, IDENTITY, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
 from proxy.core.cache import Caches
 from proxy.core.identity import Identity
+from proxy.core.infer.jobs import register_infer
+from proxy.core.jobs import JobQueue, JobRunner
 from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
 from proxy.core.models.startup import parse_model_flag
 from proxy.core.services import Services
@@ -30,6 +32,7 @@ from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.embedding.errors import ModelLoadError
 from proxy.embedding.rerank import LocalReranker
 from proxy.store.client import Store
+from proxy.store.jobs import JobDocs
 from proxy.store.models import ModelDocs
 
 __all__ = ["make_app"]
@@ -132,6 +135,26 @@ async def _identity_ctx(app: web.Application) -> AsyncIterator[None]:
     await identity.close()  # cancels its background work (lastUsedAt refreshes)
 
 
+async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
+    # The queue exists before any API's own state, so each slice can register its job kinds as it starts.
+    settings = app[SETTINGS]
+    queue = JobQueue(JobDocs(app[STORE]), max_attempts=settings.jobs_max_attempts)
+    app[JOBS] = JobRunner(
+        queue, workers=settings.jobs_workers, lease_s=settings.jobs_lease_s, poll_s=settings.jobs_poll_s
+    )
+    # The core's own job kinds; each API slice registers its own in its cleanup_ctx.
+    register_infer(app[JOBS], app[SERVICES])
+    yield
+
+
+async def _job_workers_ctx(app: web.Application) -> AsyncIterator[None]:
+    # Last: handlers run on every slice's state, so the workers start after it and stop (handing their
+    # running jobs back) before any of it closes.
+    app[JOBS].start()
+    yield
+    await app[JOBS].close()
+
+
 def make_app(settings: Settings) -> web.Application:
     # The error middleware is outermost, so every refusal below it is rendered in its API's shape; the input
     # guard refuses unreadable headers and oversized bodies before identity looks anything up; identity runs
@@ -146,9 +169,11 @@ def make_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_embedders_ctx)
     app.cleanup_ctx.append(_services_ctx)
     app.cleanup_ctx.append(_identity_ctx)
+    app.cleanup_ctx.append(_jobs_ctx)
     app.add_routes(health.routes)
     opensearch_memory.mount(app)
     goodmem.setup(app)  # its routes, and its state as a cleanup_ctx after the services
     openai.mount(app)
+    app.cleanup_ctx.append(_job_workers_ctx)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

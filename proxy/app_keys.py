@@ -6,11 +6,12 @@ from aiohttp import web
 
 from proxy.config import Settings
 from proxy.core.identity import Identity, Principal
+from proxy.core.jobs import JobRunner
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry
 from proxy.store.client import Store
 
-__all__ = ["EMBEDDERS", "IDENTITY", "PRINCIPAL", "SERVICES", "SETTINGS", "STARTED_AT", "STORE"]
+__all__ = ["EMBEDDERS", "IDENTITY", "JOBS", "PRINCIPAL", "SERVICES", "SETTINGS", "STARTED_AT", "STORE"]
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
@@ -20,6 +21,9 @@ STARTED_AT = web.AppKey("started_at", float)
 SERVICES = web.AppKey("services", Services)
 # Keys, users, grants and the instance record: who callers are, for every API (set after the services).
 IDENTITY = web.AppKey("identity", Identity)
+# The durable job queue and this process's workers (docs/jobs.md): ``app[JOBS].queue`` enqueues and reads
+# jobs, ``app[JOBS].register(kind, handler)`` adds a kind (set last, after every API's own state).
+JOBS = web.AppKey("jobs", JobRunner)
 # The authenticated caller of one request, set by the identity middleware (absent: anonymous, which only
 # public routes and ``--auth none`` allow).
 PRINCIPAL = web.RequestKey("principal", Principal)

@@ -73,6 +73,10 @@ class Settings:
     # would show in the process list) or a file; neither: generated once and kept in the cluster.
     secret_key: str | None = None
     secret_key_file: str | None = None
+    # GoodMem retrieve's vector-stage relevanceScore: "live" = what live GoodMem servers send (pgvector's
+    # negative inner product, -cos for normalised embeddings, more negative = better; the published
+    # integrations rely on it), "cosine" = cos (higher = better). Order and fusion are the same either way.
+    goodmem_vector_score: str = "live"
     # Every call to a remote model: one attempt's timeout, retries on 429/5xx, calls in flight per model.
     model_timeout_s: float = 30.0
     model_max_retries: int = 2
@@ -80,6 +84,13 @@ class Settings:
     # Regular expressions a runtime-registered model's URL must match (ml-commons'
     # trusted_connector_endpoints_regex): any HTTPS host, and plain HTTP on loopback only.
     trusted_model_endpoints: tuple[str, ...] = DEFAULT_TRUSTED_MODEL_ENDPOINTS
+    # Durable jobs (docs/jobs.md): jobs this process runs at once (0: none, it only enqueues), the lease a
+    # running job holds (renewed while it runs; another process takes over once it expires), the attempts
+    # a job gets, and how often an idle process looks for due jobs.
+    jobs_workers: int = 2
+    jobs_lease_s: float = 60.0
+    jobs_max_attempts: int = 5
+    jobs_poll_s: float = 1.0
 
     def __post_init__(self) -> None:
         # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
@@ -178,9 +189,19 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         str,
         "file holding the model-credential key (or the key itself in env MEMPROXY_SECRET_KEY)",
     ),
+    (
+        "goodmem-vector-score",
+        "MEMPROXY_GOODMEM_VECTOR_SCORE",
+        str,
+        "live | cosine: GoodMem retrieve's vector-stage relevanceScore (live: -cos, as GoodMem sends it)",
+    ),
     ("model-timeout-s", "MEMPROXY_MODEL_TIMEOUT_S", float, "timeout of one remote model call"),
     ("model-max-retries", "MEMPROXY_MODEL_MAX_RETRIES", int, "retries of a remote call on 429/5xx"),
     ("model-max-concurrency", "MEMPROXY_MODEL_MAX_CONCURRENCY", int, "remote calls in flight per model"),
+    ("jobs-workers", "MEMPROXY_JOBS_WORKERS", int, "jobs this process runs at once (0: none)"),
+    ("jobs-lease-s", "MEMPROXY_JOBS_LEASE_S", float, "lease of a running job, renewed while it runs"),
+    ("jobs-max-attempts", "MEMPROXY_JOBS_MAX_ATTEMPTS", int, "attempts a job gets before it fails"),
+    ("jobs-poll-s", "MEMPROXY_JOBS_POLL_S", float, "seconds between looks for due jobs"),
     (
         "trusted-model-endpoints",
         "MEMPROXY_TRUSTED_MODEL_ENDPOINTS",
@@ -298,8 +319,16 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --event-loop must be uvloop or asyncio")
     if values.get("auth", "apikey") not in ("apikey", "none"):
         raise SystemExit("memproxy: --auth must be apikey or none")
+    if values.get("goodmem_vector_score", "live") not in ("live", "cosine"):
+        raise SystemExit("memproxy: --goodmem-vector-score must be live or cosine")
     if not 0 < values.get("embed_caller_share", 0.5) <= 1:
         raise SystemExit("memproxy: --embed-caller-share must be in (0, 1]")
+    if values.get("jobs_workers", 0) < 0:
+        raise SystemExit("memproxy: --jobs-workers must be 0 or more")
+    if values.get("jobs_lease_s", 1.0) <= 0 or values.get("jobs_poll_s", 1.0) <= 0:
+        raise SystemExit("memproxy: --jobs-lease-s and --jobs-poll-s must be positive")
+    if values.get("jobs_max_attempts", 1) < 1:
+        raise SystemExit("memproxy: --jobs-max-attempts must be 1 or more")
     if "opensearch_url" in values:
         values["opensearch_url"] = values["opensearch_url"].rstrip("/")
     return Settings(**values)

@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 from proxy import __version__
-from proxy.app_keys import EMBEDDERS, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import EMBEDDERS, JOBS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.errors import MemproxyError
 
 __all__ = ["routes"]
@@ -30,6 +30,11 @@ async def health(request: web.Request) -> web.Response:
         cluster_view = {"status": "unavailable", "error": exc.message}
         status = "degraded"
     cluster_view["url"] = app[SETTINGS].opensearch_url
+    try:
+        # Durable jobs (docs/jobs.md): counts by state, the last failures, this process's workers.
+        jobs = await app[JOBS].health()
+    except MemproxyError as exc:
+        jobs = {"error": exc.message}
     body = {
         "status": status,
         "proxy": {
@@ -53,6 +58,7 @@ async def health(request: web.Request) -> web.Response:
             + [{"id": i, "kind": "reranker", "provider": "local"} for i in app[SERVICES].models.rerankers],
         },
         "cluster": cluster_view,
+        "jobs": jobs,
         "settings": app[SETTINGS].masked(),
     }
     return web.json_response(body)

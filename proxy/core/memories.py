@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy.core.clock import now_ms
 from proxy.core.container_record import Container
+from proxy.core.infer import InferRequest
 from proxy.core.longterm import embed_texts
 from proxy.core.search import refuse_scripts
 from proxy.core.services import Services
@@ -47,10 +48,6 @@ PINNED_WORKING = (
 PINNED_DISABLED = (
     "Cannot set pinned: the memory retention feature is not enabled. To enable it, please update the cluster "
     "setting plugins.ml_commons.memory.retention_enabled"
-)
-NO_LLM_EXTRACTION = (
-    "Long-term memory extraction needs an LLM, and memproxy cannot run one: no long-term memories were "
-    "extracted. Write long-term memories with POST .../memories/long-term/_memproxy_add instead."
 )
 _UPDATABLE = {
     "sessions": ("summary", "metadata", "agents", "additional_info"),
@@ -127,8 +124,17 @@ def _working_doc(
     return doc
 
 
-async def add_memory(svc: Services, container: Container, req: AddMemoryRequest) -> dict[str, Any]:
-    """Write one working-memory document; ``{"session_id"?, "working_memory_id"}``."""
+@dataclass(frozen=True)
+class AddedMemory:
+    """What an add wrote: ml-commons' answer, and the extraction to run when ``infer`` was asked."""
+
+    response: dict[str, Any]
+    infer: InferRequest | None = None
+
+
+async def add_memory(svc: Services, container: Container, req: AddMemoryRequest) -> AddedMemory:
+    """Write one working-memory document; ``{"session_id"?, "working_memory_id"}`` and, with ``infer``,
+    the extraction for the caller to enqueue (a durable job that runs after the answer, as in ml-commons)."""
     if req.infer and not req.messages:
         raise BadRequest("No messages provided when inferring memory")
     if req.infer and not container.configuration.get("llm_id"):
@@ -139,19 +145,27 @@ async def add_memory(svc: Services, container: Container, req: AddMemoryRequest)
     session_id = (namespace or {}).get("session_id")
     if sessions_index is not None and not session_id and req.payload_type == "conversational":
         if container.configuration.get("llm_id"):
-            # ml-commons asks the LLM for a summary first; memproxy has none, so the session has no summary.
+            # ml-commons asks the LLM for a summary first; memproxy leaves the new session without one.
             session_id = await _new_session(svc, container, sessions_index, namespace or {}, req.owner_id)
             namespace = {**(namespace or {}), "session_id": session_id}
     elif sessions_index is not None and session_id:
         await _upsert_session(svc, container, sessions_index, session_id, namespace or {}, req.owner_id)
     result = await docs.index_doc(svc.store, index, _working_doc(container, req, namespace), refresh=True)
-    if req.infer:
-        await _record_no_extraction(svc, container, namespace or {}, req.tags or {}, req.owner_id)
     response: dict[str, Any] = {}
     if namespace and namespace.get("session_id"):
         response["session_id"] = namespace["session_id"]
     response["working_memory_id"] = result["_id"]
-    return response
+    infer = None
+    if req.infer:
+        infer = InferRequest(
+            key=str(result["_id"]),
+            container_id=container.id,
+            messages=list(req.messages or []),
+            namespace=dict(namespace or {}),
+            tags=dict(req.tags or {}),
+            owner_id=req.owner_id,
+        )
+    return AddedMemory(response, infer)
 
 
 def _owned(owner_id: str | None) -> dict[str, Any]:
@@ -193,42 +207,6 @@ async def _upsert_session(
     await docs.update_doc(
         svc.store, index, session_id, {"last_updated_time": now}, upsert=minimal, refresh=True
     )
-
-
-async def _record_no_extraction(
-    svc: Services,
-    container: Container,
-    namespace: Mapping[str, str],
-    tags: Mapping[str, str],
-    owner_id: str | None,
-) -> None:
-    """ml-commons writes an error history document when extraction fails; memproxy's extraction always does.
-
-    One document per enabled strategy whose namespace keys the request has (the strategies that would
-    have run), best effort like ml-commons' background job.
-    """
-    index = container.index_name("history")
-    if index is None:
-        return
-    now = now_ms()
-    for strategy in container.configuration.get("strategies") or []:
-        keys = strategy.get("namespace") or []
-        if not strategy.get("enabled", True) or any(k not in namespace for k in keys):
-            continue
-        scoped = {k: namespace[k] for k in keys}
-        doc = {
-            **_owned(owner_id),
-            "memory_container_id": container.id,
-            "created_time": now,
-            "namespace": scoped,
-            "namespace_size": len(scoped),
-            "tags": dict(tags),
-            "error": NO_LLM_EXTRACTION,
-        }
-        try:
-            await docs.index_doc(svc.store, index, doc, refresh=True)
-        except MemproxyError:
-            log.exception("could not write the history record of a skipped extraction")
 
 
 @dataclass

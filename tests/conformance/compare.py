@@ -52,6 +52,8 @@ ID_KEYS = frozenset(
         "connector_id",
         "model_id",
         "task_id",
+        # A strategy's id is made by each side when the container is created ("semantic_<8 hex>").
+        "strategy_id",
     }
 )
 # Values that differ between any two runs; only their type is compared.

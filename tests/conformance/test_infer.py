@@ -66,6 +66,5 @@ def test_reference_extracts_facts(infer_traces: tuple[Trace, Trace], fake_llm: F
     assert fake_llm.prompts_of("extraction"), "ml-commons never asked the test LLM"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: memproxy does not run infer: true extraction yet")
 def test_infer_matches_ml_commons(infer_traces: tuple[Trace, Trace]) -> None:
     compare_traces(*infer_traces)

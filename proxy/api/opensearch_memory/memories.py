@@ -26,10 +26,12 @@ from proxy.api.opensearch_memory.lenient import (
     scalar_string_map,
     token_error,
 )
-from proxy.app_keys import PRINCIPAL
+from proxy.app_keys import JOBS, PRINCIPAL
 from proxy.core import memories as core
 from proxy.core.configuration import STRATEGY_TYPES
 from proxy.core.container_record import parse_memory_type
+from proxy.core.infer.jobs import enqueue_infer
+from proxy.core.jobs import Job
 from proxy.core.longterm import LongTermMemory, write_long_term
 from proxy.errors import BadRequest, Forbidden
 from proxy.store.query import RawDsl
@@ -176,7 +178,33 @@ async def add_memory(request: web.Request) -> web.Response:
     # ml-commons lets a body memory_container_id override the path.
     container_id = optional(raw, "memory_container_id", as_str)
     container = await load_container(request, container_id)
-    return json_response(await core.add_memory(services(request), container, req))
+    added = await core.add_memory(services(request), container, req)
+    response = dict(added.response)
+    if added.infer is not None:
+        queue = request.app[JOBS].queue
+        job = await enqueue_infer(queue, added.infer)
+        # memproxy's extension for scripts and tests: answer once the extraction has run.
+        if _wants_to_wait(request, raw):
+            job = await queue.wait(job.job_id, WAIT_FOR_INFERENCE_S)
+            response["inference"] = inference_view(job)
+    return json_response(response)
+
+
+WAIT_FOR_INFERENCE_S = 120.0
+
+
+def _wants_to_wait(request: web.Request, body: Mapping[str, Any]) -> bool:
+    flag = request.query.get("wait_for_inference", body.get("wait_for_inference"))
+    return flag is True or (isinstance(flag, str) and flag.lower() == "true")
+
+
+def inference_view(job: Job) -> dict[str, Any]:
+    """A job as memproxy shows an extraction's progress (``wait_for_inference``, the inference route)."""
+    view: dict[str, Any] = {"job_id": job.job_id, "state": job.state, "attempts": job.attempts}
+    for key in ("stage", "last_error", "failure_stage", "result"):
+        if getattr(job, key, None) is not None:
+            view[key] = getattr(job, key)
+    return view
 
 
 async def create_session(request: web.Request) -> web.Response:

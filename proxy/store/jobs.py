@@ -1,0 +1,187 @@
+"""The durable job queue's documents: ``memproxy-jobs``, private (the pass-through refuses it).
+
+Every URL and query body of the queue is here; the queue itself (claims, leases, retries) is
+:mod:`proxy.core.jobs`. A job changes hands only through :meth:`JobDocs.update` with the version the writer
+read (``if_seq_no``/``if_primary_term``): of two processes that claim, renew or finish one job at once,
+exactly one write succeeds and the other gets :class:`~proxy.store.client.NodeConflict`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.store.client import (
+    IndexExists,
+    IndexMissing,
+    NodeConflict,
+    NodeNotFound,
+    OpenSearchError,
+    Store,
+    url,
+)
+from proxy.store.memories import search
+from proxy.store.templates import render_index_body
+from proxy.store.versioned import Versioned
+
+__all__ = ["JOBS", "JobDocs"]
+
+log = logging.getLogger(__name__)
+
+JOBS = "memproxy-jobs"
+
+
+def _versioned(hit: Mapping[str, Any]) -> Versioned:
+    return Versioned(str(hit["_id"]), hit.get("_source") or {}, hit.get("_seq_no"), hit.get("_primary_term"))
+
+
+def _hits(res: Mapping[str, Any]) -> list[Versioned]:
+    return [_versioned(h) for h in res.get("hits", {}).get("hits", [])]
+
+
+class JobDocs:
+    """The job documents of one index (``index``: another name for tests; it should match ``memproxy-jobs*``
+    so that the pass-through keeps refusing it)."""
+
+    def __init__(self, store: Store, index: str = JOBS) -> None:
+        self.store = store
+        self.index = index
+        self._ensured = False
+        self._lock = asyncio.Lock()
+
+    async def ensure(self) -> None:
+        """Create the index once per process; extend the mapping of an existing one (a newer template)."""
+        if self._ensured:
+            return
+        async with self._lock:
+            if self._ensured:
+                return
+            body = render_index_body("jobs")
+            try:
+                await self.store.request("PUT", url(self.index), body=body)
+            except IndexExists:
+                try:
+                    await self.store.request("PUT", url(self.index, "_mapping"), body=body["mappings"])
+                except OpenSearchError as exc:  # an incompatible old mapping: keep working with it
+                    log.warning("could not extend the mapping of %s: %s", self.index, exc.message)
+            self._ensured = True
+
+    async def create(self, job_id: str, doc: Mapping[str, Any]) -> bool:
+        """Write a new job; False (and nothing written) when ``job_id`` exists already."""
+        await self.ensure()
+        try:
+            await self.store.request(
+                "PUT",
+                url(self.index, "_doc", job_id),
+                body=dict(doc),
+                params={"op_type": "create", "refresh": "true"},
+            )
+        except NodeConflict:
+            return False
+        return True
+
+    async def get(self, job_id: str) -> Versioned | None:
+        """The job with its version (a realtime read), or None."""
+        try:
+            res = await self.store.request("GET", url(self.index, "_doc", job_id))
+        except NodeNotFound:  # the document, or the whole index
+            return None
+        if not isinstance(res, dict) or not res.get("found"):
+            return None
+        return _versioned(res)
+
+    async def update(
+        self,
+        job_id: str,
+        fields: Mapping[str, Any],
+        *,
+        seq_no: int | None,
+        primary_term: int | None,
+        refresh: bool = True,
+    ) -> tuple[int, int]:
+        """Change ``fields`` of the job if it is still at (``seq_no``, ``primary_term``); its new version.
+        Raises :class:`NodeConflict` when someone else wrote it since. ``refresh``: searches (other
+        processes' claims, counts) see the change at once; a lease renewal needs no such thing."""
+        params: dict[str, Any] = {"refresh": "true" if refresh else "false"}
+        if seq_no is not None and primary_term is not None:
+            params |= {"if_seq_no": seq_no, "if_primary_term": primary_term}
+        res = await self.store.request(
+            "POST", url(self.index, "_update", job_id), body={"doc": dict(fields)}, params=params
+        )
+        return int(res["_seq_no"]), int(res["_primary_term"])
+
+    async def due(self, kinds: Sequence[str], now_ms: int, size: int) -> list[Versioned]:
+        """Jobs of ``kinds`` that may be claimed now, oldest due first: PENDING ones whose backoff is over,
+        and RUNNING ones whose lease has expired (their process died or lost the node)."""
+        if not kinds:
+            return []
+        body = {
+            "size": size,
+            "seq_no_primary_term": True,
+            "query": {
+                "bool": {
+                    "filter": [{"terms": {"kind": list(kinds)}}],
+                    "should": [
+                        {
+                            "bool": {
+                                "filter": [
+                                    {"term": {"state": "PENDING"}},
+                                    {"range": {"not_before": {"lte": now_ms}}},
+                                ]
+                            }
+                        },
+                        {
+                            "bool": {
+                                "filter": [
+                                    {"term": {"state": "RUNNING"}},
+                                    {"range": {"lease_expires_at": {"lt": now_ms}}},
+                                ]
+                            }
+                        },
+                    ],
+                    "minimum_should_match": 1,
+                }
+            },
+            "sort": [{"not_before": {"order": "asc"}}, {"created_at": {"order": "asc"}}],
+        }
+        try:
+            return _hits(await search(self.store, self.index, body))
+        except IndexMissing:
+            return []
+
+    async def by_subject(self, subject: str, size: int = 100) -> list[Versioned]:
+        """The jobs working for ``subject``, newest first."""
+        body = {
+            "size": size,
+            "seq_no_primary_term": True,
+            "query": {"bool": {"filter": [{"term": {"subject": subject}}]}},
+            "sort": [{"created_at": {"order": "desc"}}],
+        }
+        try:
+            return _hits(await search(self.store, self.index, body))
+        except IndexMissing:
+            return []
+
+    async def latest(self, state: str, size: int) -> list[Versioned]:
+        """The ``size`` jobs of ``state`` that changed last."""
+        body = {
+            "size": size,
+            "query": {"bool": {"filter": [{"term": {"state": state}}]}},
+            "sort": [{"updated_at": {"order": "desc"}}],
+        }
+        try:
+            return _hits(await search(self.store, self.index, body))
+        except IndexMissing:
+            return []
+
+    async def count_by_state(self) -> dict[str, int]:
+        """How many jobs are in each state ({} when there is no job index yet)."""
+        body = {"size": 0, "aggs": {"states": {"terms": {"field": "state", "size": 16}}}}
+        try:
+            res = await search(self.store, self.index, body)
+        except IndexMissing:
+            return {}
+        buckets = res.get("aggregations", {}).get("states", {}).get("buckets", [])
+        return {str(b["key"]): int(b["doc_count"]) for b in buckets}
