@@ -45,6 +45,7 @@ import pytest
 from tests.postgres import MISSING as PG_MISSING
 from tests.postgres import PostgresCluster
 from tests.postgres import find_bindir as find_pg_bindir
+from tests.support.fake_llm import FakeLLM
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -165,9 +166,30 @@ def postgres() -> Iterator[PostgresCluster]:
     cluster.stop()
 
 
+# The LLM ids the tests' containers name (``llm_id`` must name a model memproxy knows, as in ml-commons): each
+# is a start-up ``--llm`` on the session's deterministic chat server.
+TEST_LLM_IDS = ("llm1", "memproxy-llm")
+
+
 @pytest.fixture(scope="session")
-def proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(opensearch_url)
+def fake_llm() -> Iterator[FakeLLM]:
+    """The deterministic OpenAI-compatible chat server (tests/support/fake_llm.py), one per session: the
+    test proxies' ``--llm`` models and the reference node's LLM connector both reach it."""
+    with FakeLLM() as llm:
+        yield llm
+
+
+def llm_flags(llm_url: str, ids: tuple[str, ...] = TEST_LLM_IDS) -> list[str]:
+    """``--llm ID=URL#provider=openai,model=fake-llm`` for each id."""
+    flags: list[str] = []
+    for llm_id in ids:
+        flags += ["--llm", f"{llm_id}={llm_url}#provider=openai,model=fake-llm"]
+    return flags
+
+
+@pytest.fixture(scope="session")
+def proxy(opensearch_url: str, fake_llm: FakeLLM) -> Iterator[ProxyProcess]:
+    p = ProxyProcess(opensearch_url, extra_args=llm_flags(fake_llm.url))
     yield p
     p.stop()
 
@@ -191,9 +213,9 @@ def admin_headers(admin_key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def open_proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
+def open_proxy(opensearch_url: str, fake_llm: FakeLLM) -> Iterator[ProxyProcess]:
     """memproxy with ``--auth none``: the ml-commons routes as ml-commons serves them without the security
     plugin (the configuration the conformance suite compares with the reference node)."""
-    p = ProxyProcess(opensearch_url, extra_args=["--auth", "none"])
+    p = ProxyProcess(opensearch_url, extra_args=["--auth", "none", *llm_flags(fake_llm.url)])
     yield p
     p.stop()

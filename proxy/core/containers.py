@@ -31,6 +31,7 @@ from proxy.store.search import empty_search_response
 
 __all__ = [
     "ContainerPage",
+    "check_llm_id",
     "create_container",
     "delete_container",
     "get_container",
@@ -83,6 +84,7 @@ async def create_container(
     if container_id is not None:
         _check_custom_id(container_id)
     cfg = complete_for_create(configuration or {})
+    await check_llm_id(svc, cfg.get("llm_id"))
     roles = validate_backend_roles(backend_roles) if backend_roles is not None else []
     now = now_ms()
     container = Container(
@@ -113,6 +115,19 @@ async def create_container(
     except Conflict as exc:
         raise Conflict(f"memory container id '{container.id}' already exists") from exc
     return replace(container, seq_no=result.get("_seq_no"), primary_term=result.get("_primary_term"))
+
+
+async def check_llm_id(svc: Services, llm_id: str | None) -> None:
+    """ml-commons' check of a container's ``llm_id``: the model must exist (any state). Known LLMs are
+    ml-commons remote models, GoodMem LLMs and ``--llm`` start-up models."""
+    if llm_id is None:
+        return
+    startup = svc.models.startup.get(llm_id)
+    if startup is not None and startup.kind == "llm":
+        return
+    if await svc.models.get(llm_id, ("llm", "remote")) is not None:
+        return
+    raise BadRequest(f"LLM model with ID {llm_id} not found")
 
 
 async def get_container(svc: Services, container_id: str, *, cached: bool = False) -> Container:
@@ -154,6 +169,9 @@ async def update_container(
     roles = validate_backend_roles(backend_roles) if backend_roles is not None else None
     for attempt in range(_UPDATE_ATTEMPTS):
         current = await get_container(svc, container_id)
+        new_llm = (configuration or {}).get("llm_id")
+        if new_llm is not None and new_llm != current.configuration.get("llm_id"):
+            await check_llm_id(svc, new_llm)
         updated = replace(
             current,
             name=name if name is not None else current.name,

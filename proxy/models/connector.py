@@ -117,7 +117,10 @@ def _param_text(value: Any) -> str:
     return json.dumps(value)
 
 
-def _fill(template: str, parameters: Mapping[str, Any], credential: Mapping[str, str]) -> str:
+def _substitute(
+    template: str, parameters: Mapping[str, Any], credential: Mapping[str, str]
+) -> tuple[str, list[str]]:
+    """The template with every placeholder it can fill filled, and the names of those it cannot."""
     missing: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
@@ -130,9 +133,17 @@ def _fill(template: str, parameters: Mapping[str, Any], credential: Mapping[str,
         missing.append(name)
         return match.group(0)
 
-    text = _PLACEHOLDER.sub(replace, template)
+    return _PLACEHOLDER.sub(replace, template), missing
+
+
+def _unfilled(missing: Sequence[str]) -> BadRequest:
+    return BadRequest(f"Some parameter placeholder not filled in payload: {', '.join(missing)}")
+
+
+def _fill(template: str, parameters: Mapping[str, Any], credential: Mapping[str, str]) -> str:
+    text, missing = _substitute(template, parameters, credential)
     if missing:
-        raise BadRequest(f"Some parameter placeholder not filled in payload: {', '.join(missing)}")
+        raise _unfilled(missing)
     return text
 
 
@@ -149,15 +160,22 @@ def render_payload(
         if target is None:
             raise BadRequest("this connector has no pre-process function for text_docs; send parameters")
         params[target] = list(text_docs)
+    body: Any = dict(params)
+    if action.request_body is not None:
+        # ml-commons' order: the filled body must be JSON ("Invalid payload: <body>", which is what an
+        # unfilled unquoted placeholder gives), then every placeholder must be filled.
+        text, missing = _substitute(action.request_body, params, credential)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            shown = text
+            for secret in sorted((v for v in credential.values() if v), key=len, reverse=True):
+                shown = shown.replace(secret, "[redacted]")
+            raise BadRequest(f"Invalid payload: {shown}") from None
+        if missing:
+            raise _unfilled(missing)
     url = _fill(action.url, params, credential)
     headers = {k: _fill(v, params, credential) for k, v in action.headers.items()}
-    if action.request_body is None:
-        return url, headers, dict(params)
-    text = _fill(action.request_body, params, credential)
-    try:
-        body = json.loads(text)
-    except ValueError:
-        raise BadRequest("Invalid payload: the connector's request_body is not JSON once filled in") from None
     return url, headers, body
 
 

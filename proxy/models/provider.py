@@ -69,6 +69,7 @@ AUTH_HEADERS: dict[str, tuple[str, str]] = {
 
 # A provider's own error text is kept for the caller, but bounded: some answer whole HTML pages.
 _MESSAGE_CHARS = 500
+_BODY_CHARS = 10_000
 _REDACTED = "[redacted]"
 
 
@@ -104,10 +105,14 @@ class ProviderError(MemproxyError):
 
     status = 502
 
-    def __init__(self, message: str, *, provider: str, provider_status: int | None = None):
+    def __init__(
+        self, message: str, *, provider: str, provider_status: int | None = None, body: str | None = None
+    ):
         super().__init__(message)
         self.provider = provider
         self.provider_status = provider_status
+        # The provider's own error body (redacted, bounded): ml-commons quotes it verbatim to its callers.
+        self.provider_body = body
 
 
 class ProviderUnavailable(ProviderError, Unavailable):
@@ -237,8 +242,11 @@ class ProviderClient:
                 text = text.replace(secret, _REDACTED)
         return text
 
-    def _error(self, kind: type[ProviderError], message: str, status: int | None = None) -> ProviderError:
-        return kind(self.redact(message), provider=self.settings.provider, provider_status=status)
+    def _error(
+        self, kind: type[ProviderError], message: str, status: int | None = None, body: str | None = None
+    ) -> ProviderError:
+        kept = self.redact(body)[:_BODY_CHARS] if body is not None else None
+        return kind(self.redact(message), provider=self.settings.provider, provider_status=status, body=kept)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -271,18 +279,18 @@ class ProviderClient:
                 message = self.redact(_provider_message(text))[:_MESSAGE_CHARS]
                 if status == 429:
                     last = self._error(
-                        ProviderOverloaded, f"provider {name} is rate limiting: {message}", 429
+                        ProviderOverloaded, f"provider {name} is rate limiting: {message}", 429, text
                     )
                     retry_after = _retry_after(retry_header, settings.retry_after_cap_s)
                 elif status >= 500:
                     last = self._error(
-                        ProviderUnavailable, f"provider {name} failed ({status}): {message}", status
+                        ProviderUnavailable, f"provider {name} failed ({status}): {message}", status, text
                     )
                     last.status = 502  # it answered, badly: a bad gateway rather than an absent one
                     retry_after = _retry_after(retry_header, settings.retry_after_cap_s)
                 else:
                     raise self._error(
-                        ProviderRejected, f"provider {name} refused ({status}): {message}", status
+                        ProviderRejected, f"provider {name} refused ({status}): {message}", status, text
                     )
             if attempt < settings.max_retries:
                 await asyncio.sleep(self._backoff(attempt, retry_after))
@@ -305,6 +313,7 @@ class ProviderClient:
                 f"provider {self.settings.provider} answered {status} with a body that is not JSON: "
                 f"{snippet!r}",
                 status,
+                text,
             ) from exc
 
     def bad_shape(self, what: str) -> ProviderError:

@@ -562,7 +562,10 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     corpus = make_corpus(args.n, args.queries, args.seed)
     # The reference runs ml-commons without the security plugin; memproxy runs the same way (--auth none),
     # so neither side pays for authentication and the reference's connector reaches memproxy's embeddings.
-    proxy_process = start_proxy(args.url, [*embed_args(args), "--auth", "none"])
+    # Its container names the LLM "memproxy-bench-llm", which must exist (as ml-commons checks llm_id); like
+    # the reference's, nobody calls it (port 9 is discard).
+    bench_llm = ["--llm", "memproxy-bench-llm=http://127.0.0.1:9#provider=openai,model=bench-llm"]
+    proxy_process = start_proxy(args.url, [*embed_args(args), "--auth", "none", *bench_llm])
     mp_api, ref_api = Proxy(proxy_process.url), Proxy(args.reference_url)
     models: dict[str, Any] = {}
     try:

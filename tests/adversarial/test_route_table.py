@@ -58,6 +58,21 @@ SELF_SERVICE = {
     ("GET", "/openai/v1/models/{model}"),
     ("*", "/openai/{tail}"),
     ("*", "/openai"),
+    # ml-commons' model APIs: models are shared by every caller (reads for anyone authenticated; writes
+    # answer a non-administrator 403), so their searches and the method fallbacks of their literal paths
+    # show nothing of anyone's own.
+    *(
+        (method, f"/_plugins/_ml/{kind}/{action}")
+        for kind, action in (
+            ("connectors", "_create"),
+            ("connectors", "_search"),
+            ("model_groups", "_register"),
+            ("model_groups", "_search"),
+            ("models", "_register"),
+            ("models", "_search"),
+        )
+        for method in ("*", "GET", "POST")
+    ),
 }
 # Batch routes answer 200 with a refusal per item; the access matrix checks each item.
 PER_ITEM = {

@@ -40,12 +40,6 @@ def reference_url() -> str:
     return next(line for line in out.splitlines() if line.startswith("OPENSEARCH_URL=")).split("=", 1)[1]
 
 
-@pytest.fixture(scope="session")
-def fake_llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as llm:
-        yield llm
-
-
 @dataclass
 class ReferenceModels:
     embedding_model_id: str

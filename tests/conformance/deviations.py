@@ -14,12 +14,14 @@ from tests.conformance.compare import Deviation, Reply, assert_same
 
 __all__ = [
     "ADD_MEMORY_EMPTY_BODY",
+    "CONNECTOR_SCRIPTS_REFUSED",
     "CONTAINER_UPDATE_REFRESHES",
     "DELETE_BY_QUERY_PROCEEDS",
     "DEVIATION_LIST",
     "DIMENSION_CHECKED",
     "EFFICIENT_FILTERING",
     "HYBRID_TOTAL",
+    "LOCAL_MODELS_REFUSED",
     "LONG_TERM_WITHOUT_STRATEGIES",
     "QUERY_PARSE_ERROR",
     "SCRIPTS_REFUSED",
@@ -234,6 +236,39 @@ SCRIPTS_REFUSED = Deviation(
     _scripts_refused,
 )
 
+
+def _connector_scripts_refused(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200 and set(ref.body) == {"connector_id"}
+    status, etype, reason = _error(mp)
+    assert (status, etype) == (400, "illegal_argument_exception")
+    assert "painless" in reason and "connector.pre_process.openai.embedding" in reason
+
+
+CONNECTOR_SCRIPTS_REFUSED = Deviation(
+    "connector-scripts-refused",
+    "A connector whose predict action names a painless pre/post-process script instead of a built-in "
+    "function is refused when it is created (400 `illegal_argument_exception` listing the built-in "
+    "functions memproxy runs); ml-commons 3.6 stores it and runs the script at predict time.",
+    _connector_scripts_refused,
+)
+
+
+def _local_models_refused(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200 and set(ref.body) == {"task_id", "status"}
+    status, etype, reason = _error(mp)
+    assert (status, etype) == (400, "illegal_argument_exception")
+    assert reason.startswith("memproxy registers remote models only")
+
+
+LOCAL_MODELS_REFUSED = Deviation(
+    "local-models-refused",
+    "`models/_register` of a local model (any `function_name` but `remote`, with a `model_format`) is "
+    "refused (400 `illegal_argument_exception`, naming `--embedder`, which is how memproxy runs local "
+    "models); ml-commons 3.6 starts a download task.",
+    _local_models_refused,
+)
+
+
 DEVIATION_LIST: list[Deviation] = [
     EFFICIENT_FILTERING,
     LONG_TERM_WITHOUT_STRATEGIES,
@@ -246,4 +281,6 @@ DEVIATION_LIST: list[Deviation] = [
     WORKING_SESSION_ID_FIELD,
     DELETE_BY_QUERY_PROCEEDS,
     SCRIPTS_REFUSED,
+    CONNECTOR_SCRIPTS_REFUSED,
+    LOCAL_MODELS_REFUSED,
 ]

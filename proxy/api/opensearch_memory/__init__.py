@@ -9,6 +9,12 @@ on it (:data:`ACCESS`, GoodMem's space operations with ml-commons' own refusal t
 wraps every such handler so that the check runs before it, whatever the handler does. Routes without a
 container (``_create``, ``_search``) need only an authenticated caller, which the identity middleware
 established; container ``_search`` is narrowed to what the caller may see by its handler.
+
+The ml-commons model APIs (:mod:`.models`: connectors, model groups, models, tasks, predict) are served here
+too, from memproxy's model registry, whether or not the cluster has ml-commons of its own. Their rule
+(:data:`MODEL_ACCESS`): reads and predict need an authenticated caller, writes (create, register, deploy,
+undeploy, delete) an administrator; with ``--auth none`` anyone may do either, as on ml-commons without the
+security plugin.
 """
 
 from __future__ import annotations
@@ -19,14 +25,14 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from proxy.api.opensearch_memory import containers, memories, search
+from proxy.api.opensearch_memory import containers, memories, models, search
 from proxy.api.opensearch_memory.common import Handler, load_container
 from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core.container_record import ContainerNotFound
-from proxy.core.identity import can_access_space
+from proxy.core.identity import can_access_space, require_admin
 from proxy.errors import Forbidden
 
-__all__ = ["ACCESS", "PREFIX", "ROUTES", "mount"]
+__all__ = ["ACCESS", "MODEL_ACCESS", "PREFIX", "ROUTES", "mount"]
 
 PREFIX = "/_plugins/_ml/memory_containers"
 _C = PREFIX + "/{memory_container_id}"
@@ -88,6 +94,25 @@ ACCESS: Mapping[tuple[str, str], tuple[str, str]] = {
 }
 
 
+# (method, path) → models.READ / models.WRITE for every model-API route.
+MODEL_ACCESS: Mapping[tuple[str, str], str] = {
+    (method, path): access for methods, path, _, access in models.ROUTES for method in methods
+}
+
+
+def _model_guarded(handler: Handler, access: str) -> Handler:
+    """``handler`` behind the model-API rule: a write needs an administrator (models are shared by every
+    user of memproxy, and registering one makes memproxy call out); a read, any authenticated caller."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        who = request.get(PRINCIPAL)
+        if who is not None and access == models.WRITE:  # None: --auth none, all allowed
+            require_admin(who, f"{request.method} {request.path}")
+        return await handler(request)
+
+    return guarded
+
+
 def _guarded(handler: Handler, op: str, refusal: str) -> Handler:
     """``handler`` behind the container check: the caller must be allowed ``op`` on the named container.
     A container that does not exist is left to the handler, which answers ml-commons' own 404."""
@@ -116,7 +141,9 @@ def _literals(path: str) -> tuple[bool, ...]:
     return tuple(not segment.startswith("{") for segment in path.split("/"))
 
 
-_PATTERNS = [(methods, _pattern(path), _literals(path)) for methods, path, _ in ROUTES]
+_PATTERNS = [(methods, _pattern(path), _literals(path)) for methods, path, _ in ROUTES] + [
+    (methods, _pattern(path), _literals(path)) for methods, path, _, _ in models.ROUTES
+]
 
 
 def _allowed(path: str) -> list[str]:
@@ -162,6 +189,11 @@ def mount(app: web.Application) -> None:
             app.router.add_route(method, path, _guarded(handler, *access) if access else handler)
         if "{" not in path:
             # Other methods on a literal path must not fall through to a "{memory_container_id}" route.
+            app.router.add_route("*", path, _router_fallback)
+    for methods, path, handler, rule in models.ROUTES:
+        for method in methods:
+            app.router.add_route(method, path, _model_guarded(handler, rule))
+        if "{" not in path:
             app.router.add_route("*", path, _router_fallback)
     app.router.add_route("*", PREFIX, _router_fallback)
     app.router.add_route("*", PREFIX + "/{tail:.*}", _router_fallback)

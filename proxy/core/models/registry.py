@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # proxy.embedding imports torch; pure core code must not pay 
 __all__ = [
     "CallLimits",
     "ChatModel",
+    "ConnectorModel",
     "EmbeddingModel",
     "ModelRegistry",
     "RerankModel",
@@ -152,7 +153,7 @@ class _RemoteEmbedding:
 
 
 @dataclass
-class _ConnectorModel:
+class ConnectorModel:
     """An ml-commons remote model: embeds through the connector's pre/post-process functions, chats
     through its request template (``system_prompt``/``user_prompt``/``messages`` parameters)."""
 
@@ -375,7 +376,7 @@ class ModelRegistry:
         )
         return self._client(key, settings)
 
-    async def _connector(self, record: ModelRecord) -> _ConnectorModel:
+    async def _connector(self, record: ModelRecord) -> ConnectorModel:
         action = parse_action(record.call.get("actions"))
         self.check_endpoint(action.url)
         parameters = dict(record.call.get("parameters") or {})
@@ -392,7 +393,7 @@ class ModelRegistry:
                 max_concurrency=self.limits.max_concurrency,
             )
         dimension = record.call.get("dimension")
-        return _ConnectorModel(
+        return ConnectorModel(
             record.model_id, client, action, parameters, credential, int(dimension) if dimension else None
         )
 
@@ -468,6 +469,6 @@ class ModelRegistry:
         client = self._provider_client((model_id, version), call, api_key, "llm")
         return _ProviderChat(model_id, ChatClient(client, path=call.api_path), call.model or "")
 
-    async def connector_model(self, record: ModelRecord) -> _ConnectorModel:
+    async def connector_model(self, record: ModelRecord) -> ConnectorModel:
         """The connector-backed handle of an ml-commons model document (``_predict``)."""
         return await self._connector(record)
