@@ -99,6 +99,13 @@ def test_two_conversations_add_then_update_delete_and_keep(open_proxy: ProxyProc
         {"user_id": "u1"},
     )
     assert first["inference"]["state"] == "COMPLETED", first
+    # The job stays visible by its working memory (memproxy's inference route).
+    inference = f"{MC}/{cid}/memories/working/{first['working_memory_id']}/_memproxy_inference"
+    status, job = _call(url, "GET", inference)
+    assert status == 200 and job["state"] == "COMPLETED" and job["attempts"] == 1, job
+    assert job["result"]["strategies"][0]["events"] == ["ADD", "ADD", "ADD"]
+    status, missing = _call(url, "GET", f"{MC}/{cid}/memories/working/nope/_memproxy_inference")
+    assert status == 404 and missing["error"]["reason"] == "No inference for working memory nope"
     assert sorted(m["memory"] for m in _all(url, cid, "long-term")) == [
         "I live in Lisbon",
         "I only drink green tea",

@@ -30,10 +30,10 @@ from proxy.app_keys import JOBS, PRINCIPAL
 from proxy.core import memories as core
 from proxy.core.configuration import STRATEGY_TYPES
 from proxy.core.container_record import parse_memory_type
-from proxy.core.infer.jobs import enqueue_infer
+from proxy.core.infer.jobs import enqueue_infer, infer_job_id
 from proxy.core.jobs import Job
 from proxy.core.longterm import LongTermMemory, write_long_term
-from proxy.errors import BadRequest, Forbidden
+from proxy.errors import BadRequest, Forbidden, NotFound
 from proxy.store.query import RawDsl
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "create_session",
     "delete_by_query",
     "delete_memory",
+    "get_inference",
     "get_memory",
     "render_memory",
     "search_memories",
@@ -196,6 +197,17 @@ WAIT_FOR_INFERENCE_S = 120.0
 def _wants_to_wait(request: web.Request, body: Mapping[str, Any]) -> bool:
     flag = request.query.get("wait_for_inference", body.get("wait_for_inference"))
     return flag is True or (isinstance(flag, str) and flag.lower() == "true")
+
+
+async def get_inference(request: web.Request) -> web.Response:
+    """memproxy's extension: the extraction job of one ``infer: true`` add (404 when that add did not
+    infer); its state, attempts, stage, last error and result."""
+    container = await load_container(request)
+    working_memory_id = request.match_info["working_memory_id"]
+    job = await request.app[JOBS].queue.find(infer_job_id(working_memory_id))
+    if job is None or job.payload.get("container_id") != container.id:
+        raise NotFound(f"No inference for working memory {working_memory_id}")
+    return json_response({"working_memory_id": working_memory_id, **inference_view(job)})
 
 
 def inference_view(job: Job) -> dict[str, Any]:
