@@ -203,8 +203,9 @@ def check_stream_rules(events: list[RetrieveMemoryEvent]) -> None:
             ref = event.retrieved_item.chunk
             assert ref.result_set_id == bounds[0].result_set_id
             assert defined[ref.memory_index] == ref.chunk.memory_id
+    # Best first in the live convention (the default): -cos, so the most negative comes first.
     scores = [r.relevance_score for r in items]
-    assert scores == sorted(scores, reverse=True)
+    assert scores == sorted(scores)
 
 
 # --- Gen B SDK (NDJSON) -----------------------------------------------------------------------------------
@@ -219,11 +220,12 @@ def test_genb_ranks_every_chunk_by_cosine(world: World, model: Oracle) -> None:
     items = refs(events)
     chunks = space_chunks(world, world.space_a)
     assert len(items) == len(chunks) > len(MEMORIES_A) + 1  # the long memory has several chunks
-    # Brute force over every chunk of the space: same order, same scores (cosine, higher is better).
+    # Brute force over every chunk of the space: same order, same scores (the live convention, -cos: more
+    # negative is better; --goodmem-vector-score cosine is tests/test_goodmem_postprocess_e2e.py's).
     oracle = dict(zip(chunks, cosine(model, query, list(chunks.values())), strict=True))
     assert [r.chunk.chunk_id for r in items] == sorted(oracle, key=lambda c: -oracle[c])
     for ref in items:
-        assert ref.relevance_score == pytest.approx(oracle[ref.chunk.chunk_id], abs=2e-3)
+        assert ref.relevance_score == pytest.approx(-oracle[ref.chunk.chunk_id], abs=2e-3)
         assert ref.chunk.chunk_text == chunks[ref.chunk.chunk_id]
     assert items[0].chunk.memory_id == world.ids["budget"]
     # The long memory: one definition, several items sharing its index, offsets into its text.
@@ -359,8 +361,13 @@ def test_post_processor_statuses(world: World) -> None:
         max_results=1,
         stream=False,
     )
-    assert [e.status.code for e in events if e.status] == ["RERANKING_FAILED", "FEATURE_DISABLED"]
-    assert len(refs(events)) == 2  # vector results stand, unreranked
+    # An unknown reranker (the session proxy has none): live wording, and the vector results stand.
+    assert [e.status.code for e in events if e.status] == [
+        "NOT_FOUND",
+        "RERANKING_FAILED",
+        "FEATURE_DISABLED",
+    ]
+    assert len(refs(events)) == 2
 
 
 # --- Gen A client (POST and GET; NDJSON and SSE) ----------------------------------------------------------
@@ -417,7 +424,7 @@ def test_old_client_get_chat_form(world: World, old_client: MemoryStreamClient) 
         )
         kinds = summary(events)
         assert [k for k, _ in kinds].count("item") == 2
-        assert [v for k, v in kinds if k == "status"] == ["RERANKING_FAILED", "FEATURE_DISABLED"]
+        assert [v for k, v in kinds if k == "status"] == ["NOT_FOUND", "RERANKING_FAILED", "FEATURE_DISABLED"]
 
 
 def test_old_client_reports_errors(world: World, old_client: MemoryStreamClient) -> None:

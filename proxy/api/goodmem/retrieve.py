@@ -30,6 +30,7 @@ from proxy.api.goodmem.retrieve_events import StreamFailure, grpc_code, retrieva
 from proxy.api.goodmem.retrieve_wire import parse_get_query
 from proxy.api.goodmem.state import principal, retriever
 from proxy.api.goodmem.streaming import STREAM_TERMINAL_HEADER, EventStream, negotiate_format
+from proxy.app_keys import SETTINGS
 from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.retrieve import RetrievalPlan, RetrieveRequest
 from proxy.errors import BadRequest, DeadlineExceeded, MemproxyError
@@ -218,7 +219,14 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
             return await retrieval.load(ids, spaces)
 
         await stream.open()
-        await _stream(stream, retrieval_events(plan, loader, deadline=deadline))
+        events = retrieval_events(
+            plan,
+            loader,
+            deadline=deadline,
+            models=retrieval,
+            convention=request.app[SETTINGS].goodmem_vector_score,  # type: ignore[arg-type]
+        )
+        await _stream(stream, events)
         response = stream.response
         assert response is not None
         return response

@@ -246,6 +246,11 @@ def _output_budget(value: Any) -> int | None:
     return tokens
 
 
+def _requested_size(size: int | None) -> tuple[int, bool]:
+    """The effective size, and whether the caller chose it (the post-processor's max_results default)."""
+    return requested_size(size), size is not None and size > 0
+
+
 def _logging(value: Any) -> None:
     """Durable request logging (Gen B): shape-checked, then accepted without effect (documented)."""
     if value is None:
@@ -271,7 +276,7 @@ class RetrieveBody(_Wire):
     message: Annotated[str, BeforeValidator(check_message)] = _field("message")
     space_keys: Annotated[tuple[SpaceKey, ...], BeforeValidator(_space_keys)] = _field("spaceKeys")
     requested_size: Annotated[
-        int, BeforeValidator(lambda v: requested_size(json_int(v, "requestedSize")))
+        tuple[int, bool], BeforeValidator(lambda v: _requested_size(json_int(v, "requestedSize")))
     ] = _field("requestedSize")
     hnsw: HnswOptions | None = _field("hnsw")
     chat: Annotated[ChatConfig | None, BeforeValidator(_post_processor)] = _field("postProcessor")
@@ -294,7 +299,8 @@ class RetrieveBody(_Wire):
         return RetrieveRequest(
             message=self.message,
             space_keys=self.space_keys,
-            requested_size=self.requested_size,
+            requested_size=self.requested_size[0],
+            requested_size_set=self.requested_size[1],
             fetch_memory=self.fetch_memory,
             fetch_memory_content=self.fetch_memory_content,
             context_texts=texts,

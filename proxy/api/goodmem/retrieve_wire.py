@@ -14,6 +14,7 @@ from multidict import MultiMapping
 
 from proxy.api.goodmem.coerce import json_bool, json_int, json_number, query_bool, query_int
 from proxy.core.goodmem.ids import check_id
+from proxy.core.goodmem.retrieve.postprocess import check_template
 from proxy.core.goodmem.retrieve.request import (
     DEFAULT_REQUESTED_SIZE,
     MAX_MESSAGE_CHARS,
@@ -102,10 +103,16 @@ def _config_positive_int(config: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def _config_text(config: Mapping[str, Any], key: str) -> str | None:
+def _config_template(config: Mapping[str, Any], key: str) -> str | None:
+    """A prompt template: compiled now, so a syntax error is a 400 before streaming."""
     value = config.get(key)
-    if value is not None and not isinstance(value, str):
+    if value is None:
+        return None
+    if not isinstance(value, str):
         raise BadRequest(f"postProcessor.config.{key} must be a string")
+    problem = check_template(value)
+    if problem is not None:
+        raise BadRequest(f"postProcessor.config.{key} {problem}")
     return value
 
 
@@ -129,8 +136,8 @@ def parse_chat_config(config: Mapping[str, Any]) -> ChatConfig:
         chronological_resort=resort,
         llm_temp=temp,
         max_results=_config_positive_int(config, "max_results"),
-        sys_prompt=_config_text(config, "sys_prompt"),
-        prompt=_config_text(config, "prompt"),
+        sys_prompt=_config_template(config, "sys_prompt"),
+        prompt=_config_template(config, "prompt"),
         gen_token_budget=_config_positive_int(config, "gen_token_budget"),
     )
 
@@ -219,12 +226,12 @@ def parse_get_query(query: MultiMapping[str]) -> RetrieveRequest:
             strict=True,
         ),
     )
+    size = query_int(_one(query, "requestedSize", "requested_size"), "requestedSize", strict=True)
     return RetrieveRequest(
         message=check_message(_one(query, "message")),
         space_keys=keys,
-        requested_size=requested_size(
-            query_int(_one(query, "requestedSize", "requested_size"), "requestedSize", strict=True)
-        ),
+        requested_size=requested_size(size),
+        requested_size_set=size is not None and size > 0,
         fetch_memory=fetch_memory,
         fetch_memory_content=fetch_memory_content,
         chat=_query_chat(query),

@@ -32,6 +32,7 @@ from proxy.core.goodmem.retrieve.rank import (
 from proxy.core.goodmem.retrieve.request import RetrieveRequest, SpaceKey, query_text
 from proxy.core.goodmem.spaces import get_space
 from proxy.core.identity import Principal, authorize_space
+from proxy.core.models.registry import ChatModel, RerankModel
 from proxy.core.query import VectorSearch
 from proxy.core.search import semantic_search
 from proxy.core.tasks import gather
@@ -144,6 +145,21 @@ class Retriever:
         """The records of the memories that exist, by id (``memoryDefinition`` payloads while streaming);
         ``spaces`` (memory id → the space its chunk came from) leaves out a record of any other space."""
         return await get_memory_records(self.gm, memory_ids, spaces=spaces)
+
+    async def rerank_model(self, model_id: str) -> RerankModel:
+        """The post-processor's reranker (UnknownModel when no reranker has this id)."""
+        return await self.gm.svc.models.rerank_model(model_id)
+
+    async def chat_model(self, model_id: str) -> ChatModel:
+        """The post-processor's LLM (UnknownModel when no LLM has this id)."""
+        return await self.gm.svc.models.chat_model(model_id)
+
+    async def llm_max_tokens(self, model_id: str) -> int | None:
+        """The LLM's own ``defaultSamplingParams.maxTokens`` (GoodMem-registered LLMs), else None."""
+        record = await self.gm.svc.models.get(model_id, ["llm"])
+        params = record.view.get("defaultSamplingParams") if record is not None else None
+        value = params.get("maxTokens") if isinstance(params, Mapping) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     # --- planning ---------------------------------------------------------------------------------------
 

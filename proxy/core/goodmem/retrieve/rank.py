@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["RankedChunk", "WeightedHits", "cosine_from_os_score", "fuse_space", "merge_spaces"]
+__all__ = [
+    "RankedChunk",
+    "VectorScore",
+    "WeightedHits",
+    "cosine_from_os_score",
+    "fuse_space",
+    "merge_spaces",
+    "single",
+    "vector_score",
+]
+
+# How the vector stage's relevanceScore is sent (--goodmem-vector-score); ranking never depends on it.
+VectorScore = Literal["live", "cosine"]
 
 
 def cosine_from_os_score(score: float | None) -> float:
@@ -70,3 +83,17 @@ def merge_spaces(per_space: Iterable[Sequence[RankedChunk]], size: int) -> list[
                 best[item.chunk_id] = item
     merged = sorted((best[cid] for cid in order), key=lambda item: -item.score)
     return merged[:size]
+
+
+def single(value: float) -> float:
+    """``value`` rounded to single precision, as live servers send scores (Java floats): ``0.1`` is sent as
+    ``0.10000000149011612``, never with digits the computation does not have."""
+    return float(struct.unpack("f", struct.pack("f", value))[0]) + 0.0  # + 0.0: never -0.0
+
+
+def vector_score(cosine: float, convention: VectorScore) -> float:
+    """The wire ``relevanceScore`` of a (fused) cosine. ``live``: ``-cos``, what live GoodMem servers send
+    (pgvector's negative inner product, which is ``-cos`` for normalised embeddings; more negative is
+    better, still streamed best first); ``cosine``: ``cos``. Fusion and merging work on cosines, so a fused
+    or merged score is the same function of the fused cosine under both conventions."""
+    return single(-cosine if convention == "live" else cosine)

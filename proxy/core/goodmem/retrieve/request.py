@@ -82,6 +82,8 @@ class RetrieveRequest:
     hnsw: HnswOptions | None = None
     chat: ChatConfig | None = None
     output_budget_tokens: int | None = None
+    # Whether the caller gave a positive requestedSize (the post-processor's max_results defaults to it).
+    requested_size_set: bool = False
 
 
 def query_text(req: RetrieveRequest) -> str:
