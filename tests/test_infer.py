@@ -44,7 +44,7 @@ def _call(url: str, method: str, path: str, body: Any = None, **params: str) -> 
     return status, (json.loads(raw) if raw else None)
 
 
-def _container(url: str, strategies: list[dict[str, Any]], **extra: Any) -> str:
+def _container(url: str, strategies: list[dict[str, Any]], llm_id: str = LLM, **extra: Any) -> str:
     prefix = f"infer-{uuid.uuid4().hex[:8]}"
     body = {
         "name": prefix,
@@ -52,7 +52,7 @@ def _container(url: str, strategies: list[dict[str, Any]], **extra: Any) -> str:
             "embedding_model_type": "TEXT_EMBEDDING",
             "embedding_model_id": "all-MiniLM-L6-v2",
             "embedding_dimension": 384,
-            "llm_id": LLM,
+            "llm_id": llm_id,
             "index_prefix": prefix,
             "use_system_index": False,
             "strategies": strategies,
@@ -173,21 +173,33 @@ def test_a_garbage_answer_is_recorded_in_history_not_stored(
 
 
 def test_an_unreachable_llm_fails_the_job_after_its_retries(opensearch_url: str) -> None:
+    # Every memproxy process of the cluster may run the job, so the dead LLM is a registered ml-commons
+    # model (the same for all of them), not a start-up flag of this one.
     proxy = ProxyProcess(
-        opensearch_url,
-        [
-            "--auth",
-            "none",
-            "--llm",
-            f"{LLM}=http://127.0.0.1:9#provider=openai,model=m",
-            "--model-max-retries",
-            "0",
-            "--jobs-max-attempts",
-            "2",
-        ],
+        opensearch_url, ["--auth", "none", "--model-max-retries", "0", "--jobs-max-attempts", "2"]
     )
     try:
-        cid = _container(proxy.url, [SEMANTIC])
+        connector = {
+            "name": "dead llm",
+            "version": 1,
+            "protocol": "http",
+            "parameters": {"model": "m"},
+            "credential": {"key": "unused"},
+            "actions": [
+                {
+                    "action_type": "predict",
+                    "method": "POST",
+                    "url": "http://127.0.0.1:9/v1/chat/completions",
+                    "request_body": '{"model": "${parameters.model}", "messages": []}',
+                }
+            ],
+        }
+        status, made = _call(proxy.url, "POST", "/_plugins/_ml/connectors/_create", connector)
+        assert status == 200, made
+        register = {"name": "dead", "function_name": "remote", "connector_id": made["connector_id"]}
+        status, model = _call(proxy.url, "POST", "/_plugins/_ml/models/_register", register)
+        assert status == 200, model
+        cid = _container(proxy.url, [SEMANTIC], llm_id=model["model_id"])
         added = _add(proxy.url, cid, "I live in Lisbon.", {"user_id": "u1"})
         inference = added["inference"]
         assert inference["state"] == "FAILED" and inference["attempts"] == 2, inference

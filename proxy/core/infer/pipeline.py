@@ -27,10 +27,10 @@ from proxy.core.infer.prompts import DECISION_SYSTEM, EXTRACTION_SYSTEM, decisio
 from proxy.core.longterm import LongTermMemory, embed_texts, long_term_index, write_long_term
 from proxy.core.models import ChatModel
 from proxy.core.models.registry import ConnectorModel
-from proxy.core.query import VectorSearch
+from proxy.core.query import DEFAULT_VECTOR_FIELD, VectorSearch
 from proxy.core.search import semantic_search
 from proxy.core.services import Services
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import BadRequest
 from proxy.models import ProviderRejected
 from proxy.store import memories as docs
 from proxy.store.client import NodeNotFound
@@ -186,11 +186,13 @@ async def _similar(
             Term("owner_id", owner_id) if owner_id is not None else None,
         ]
     )
+    # One embedding batch for every fact searched, then the searches side by side.
+    vectors = (await embed_texts(svc, container, list(facts[:size])))[DEFAULT_VECTOR_FIELD]
     searches = [
         semantic_search(
-            svc, VectorSearch(container, k=size, query_text=fact, filter=scope, source_includes=("memory",))
+            svc, VectorSearch(container, k=size, vector=vector, filter=scope, source_includes=("memory",))
         )
-        for fact in facts[:size]
+        for vector in vectors
     ]
     found: dict[str, dict[str, Any]] = {}
     for hits in await asyncio.gather(*searches):
@@ -258,10 +260,11 @@ async def plan_infer(svc: Services, container: Container, req: InferRequest) -> 
                 model, DECISION_SYSTEM, decision_prompt(old, facts), _result_path(container, strategy)
             )
             entry.decisions = _decisions(json_object(text, "memory_decision"), old, key)
-        except (InferError, BadRequest, NotFound, ProviderRejected) as exc:
-            # What no retry mends (an unusable answer, an unknown model, a refused prompt) is recorded in
-            # history, as ml-commons does, and the other strategies still run. A model or node that is
-            # down or slow raises on: the job is retried.
+        except (InferError, BadRequest, ProviderRejected) as exc:
+            # What no retry mends (an unusable answer, a refused prompt) is recorded in history, as
+            # ml-commons does, and the other strategies still run. A model or node that is down or slow
+            # raises on, and so does a model this process does not know (a start-up --llm another process
+            # has): the job is retried, by whichever process claims it next.
             entry.error = exc.message
             log.warning("infer: strategy %s of container %s failed: %s", sid, container.id, exc.message)
     return plan
