@@ -239,6 +239,31 @@ async def test_tei_embed() -> None:
     assert double.seen[0].path == "/embed" and double.seen[0].body == {"inputs": ["x", "yy"]}
 
 
+async def _cohere_embed(seen: Seen, n: int) -> web.StreamResponse:
+    # Cohere v2 /v2/embed: vectors under embeddings.<type> for each requested embedding type.
+    return web.json_response(
+        {
+            "id": "e1",
+            "embeddings": {"float": [_vec(t) for t in seen.body["texts"]]},
+            "texts": seen.body["texts"],
+        }
+    )
+
+
+async def test_cohere_embed_v2() -> None:
+    async with serve(_cohere_embed) as double, client_for(double.url, provider="cohere") as client:
+        embedder = RemoteEmbedder(client, wire="cohere", model="embed-english-v3.0", dimension=3)
+        vectors = await embedder.embed(["x", "yy"])
+    assert vectors == [_vec("x"), _vec("yy")]
+    assert double.seen[0].path == "/v2/embed"
+    assert double.seen[0].body == {
+        "model": "embed-english-v3.0",
+        "texts": ["x", "yy"],
+        "input_type": "search_document",
+        "embedding_types": ["float"],
+    }
+
+
 @pytest.mark.parametrize(
     ("answer", "words"),
     [
