@@ -15,6 +15,7 @@ from typing import Any
 from proxy.core.clock import now_ms
 from proxy.core.container_record import Container
 from proxy.core.infer import InferRequest
+from proxy.core.infer.summary import session_summary
 from proxy.core.longterm import embed_texts
 from proxy.core.search import refuse_scripts
 from proxy.core.services import Services
@@ -145,8 +146,11 @@ async def add_memory(svc: Services, container: Container, req: AddMemoryRequest)
     session_id = (namespace or {}).get("session_id")
     if sessions_index is not None and not session_id and req.payload_type == "conversational":
         if container.configuration.get("llm_id"):
-            # ml-commons asks the LLM for a summary first; memproxy leaves the new session without one.
-            session_id = await _new_session(svc, container, sessions_index, namespace or {}, req.owner_id)
+            # ml-commons asks the LLM for a summary of the messages first; so does memproxy.
+            summary = await session_summary(svc, container, req.messages or [])
+            session_id = await _new_session(
+                svc, container, sessions_index, namespace or {}, req.owner_id, summary
+            )
             namespace = {**(namespace or {}), "session_id": session_id}
     elif sessions_index is not None and session_id:
         await _upsert_session(svc, container, sessions_index, session_id, namespace or {}, req.owner_id)
@@ -173,12 +177,18 @@ def _owned(owner_id: str | None) -> dict[str, Any]:
 
 
 async def _new_session(
-    svc: Services, container: Container, index: str, namespace: Mapping[str, str], owner_id: str | None
+    svc: Services,
+    container: Container,
+    index: str,
+    namespace: Mapping[str, str],
+    owner_id: str | None,
+    summary: str | None,
 ) -> str:
     now = now_ms()
     doc = {
         **_owned(owner_id),
         "memory_container_id": container.id,
+        **({"summary": summary} if summary is not None else {}),
         "namespace": dict(namespace),
         "created_time": now,
         "last_updated_time": now,

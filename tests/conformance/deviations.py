@@ -14,6 +14,8 @@ from tests.conformance.compare import Deviation, Reply, assert_same
 
 __all__ = [
     "ADD_MEMORY_EMPTY_BODY",
+    "AUTO_SESSION_DOCUMENT",
+    "AUTO_SESSION_WITHOUT_SECURITY",
     "CONNECTOR_SCRIPTS_REFUSED",
     "CONTAINER_UPDATE_REFRESHES",
     "DELETE_BY_QUERY_PROCEEDS",
@@ -269,6 +271,32 @@ LOCAL_MODELS_REFUSED = Deviation(
 )
 
 
+def _auto_session_without_security(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 500 and ref.error.get("reason") == "Internal server error", ref
+    assert mp.status == 200 and set(mp.body) == {"session_id", "working_memory_id"}, mp
+
+
+AUTO_SESSION_WITHOUT_SECURITY = Deviation(
+    "auto-session-without-security",
+    "A conversational add without a session id to a container with an `llm_id` creates the session (with "
+    "the LLM's summary) and answers 200 without the security plugin too; ml-commons 3.6 answers 500 "
+    "(`Internal server error`: a null owner id) there.",
+    _auto_session_without_security,
+)
+
+
+def _auto_session_document(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 404, ref  # ml-commons' add failed, so there is no session to read
+    assert mp.status == 200 and set(mp.body) >= {"memory_container_id", "summary", "namespace"}, mp
+
+
+AUTO_SESSION_DOCUMENT = Deviation(
+    "auto-session-document",
+    "The session such an add creates (above) can be read; on ml-commons 3.6 there is none (404).",
+    _auto_session_document,
+)
+
+
 DEVIATION_LIST: list[Deviation] = [
     EFFICIENT_FILTERING,
     LONG_TERM_WITHOUT_STRATEGIES,
@@ -283,4 +311,6 @@ DEVIATION_LIST: list[Deviation] = [
     SCRIPTS_REFUSED,
     CONNECTOR_SCRIPTS_REFUSED,
     LOCAL_MODELS_REFUSED,
+    AUTO_SESSION_WITHOUT_SECURITY,
+    AUTO_SESSION_DOCUMENT,
 ]

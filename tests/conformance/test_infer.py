@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.compare import Trace, compare_traces
+from tests.conformance.deviations import AUTO_SESSION_DOCUMENT, AUTO_SESSION_WITHOUT_SECURITY
 from tests.conformance.sides import MC, Side, new_prefix
 from tests.support.fake_llm import FakeLLM
 
@@ -68,3 +69,32 @@ def test_reference_extracts_facts(infer_traces: tuple[Trace, Trace], fake_llm: F
 
 def test_infer_matches_ml_commons(infer_traces: tuple[Trace, Trace]) -> None:
     compare_traces(*infer_traces)
+
+
+def auto_session_flow(side: Side) -> Trace:
+    """A conversational add without a session id: both ask the LLM for a summary of the new session."""
+    t = side.trace()
+    prefix = new_prefix("autosession")
+    parameters = {"llm_result_path": "$.choices[0].message.content"}
+    body = {"name": prefix, "configuration": side.configuration(prefix, parameters=parameters)}
+    cid = t.add("create", side.call("POST", f"{MC}/_create", body)).body["memory_container_id"]
+    base = f"{MC}/{cid}/memories"
+    add = {"messages": CONVERSATION, "namespace": {"user_id": "u2"}}
+    added = t.add("add without session", side.call("POST", base, add))
+    t.add("session", side.call("GET", f"{base}/sessions/{added.body.get('session_id')}"))
+    return t
+
+
+def test_auto_created_session_has_the_llm_summary(sides: tuple[Side, Side], fake_llm: FakeLLM) -> None:
+    ref, mp = sides
+    mine = auto_session_flow(mp)
+    compare_traces(
+        auto_session_flow(ref),
+        mine,
+        {
+            "add without session": AUTO_SESSION_WITHOUT_SECURITY,
+            "session": AUTO_SESSION_DOCUMENT,
+        },
+    )
+    # The summary is the LLM's (the deterministic one answers "Summary: " + the user's words).
+    assert mine.replies["session"].body["summary"] == "Summary: I only drink green tea. I live in Lisbon."

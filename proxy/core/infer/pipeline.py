@@ -42,7 +42,9 @@ __all__ = [
     "InferRequest",
     "StrategyPlan",
     "apply_plan",
+    "ask_llm",
     "plan_infer",
+    "result_path_of",
     "strategies_for",
 ]
 
@@ -128,13 +130,15 @@ def strategies_for(
     return out
 
 
-def _result_path(container: Container, strategy: Mapping[str, Any]) -> str:
+def result_path_of(container: Container, strategy: Mapping[str, Any]) -> str:
     own = (strategy.get("configuration") or {}).get("llm_result_path")
     shared = (container.configuration.get("parameters") or {}).get("llm_result_path")
     return str(own or shared or DEFAULT_RESULT_PATH)
 
 
-async def _ask(model: ChatModel, system: str, user: str, result_path: str) -> str:
+async def ask_llm(
+    model: ChatModel, system: str, user: str, result_path: str, *, json_output: bool = True
+) -> str:
     """The text an LLM answered: an ml-commons connector's answer read at ``llm_result_path`` (as ml-commons
     reads it), a provider model's message content otherwise (asked for JSON output where supported)."""
     if isinstance(model, ConnectorModel):
@@ -144,7 +148,7 @@ async def _ask(model: ChatModel, system: str, user: str, result_path: str) -> st
             raise InferError(f"the LLM answer at {result_path} is not text")
         return text
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-    return (await model.complete(messages, temperature=0.0, json_output=True)).text
+    return (await model.complete(messages, temperature=0.0, json_output=json_output)).text
 
 
 async def _extract(
@@ -160,7 +164,7 @@ async def _extract(
         if custom
         else EXTRACTION_SYSTEM.get(str(strategy.get("type")), EXTRACTION_SYSTEM["SEMANTIC"])
     )
-    text = await _ask(model, system, extraction_prompt(messages), _result_path(container, strategy))
+    text = await ask_llm(model, system, extraction_prompt(messages), result_path_of(container, strategy))
     facts = json_object(text, "facts").get("facts")
     if not isinstance(facts, list):
         raise InferError("the LLM answer's facts is not a list")
@@ -256,8 +260,8 @@ async def plan_infer(svc: Services, container: Container, req: InferRequest) -> 
                     or container.configuration.get("llm_id")
                 )
             )
-            text = await _ask(
-                model, DECISION_SYSTEM, decision_prompt(old, facts), _result_path(container, strategy)
+            text = await ask_llm(
+                model, DECISION_SYSTEM, decision_prompt(old, facts), result_path_of(container, strategy)
             )
             entry.decisions = _decisions(json_object(text, "memory_decision"), old, key)
         except (InferError, BadRequest, ProviderRejected) as exc:
