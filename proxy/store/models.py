@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.errors import Conflict
-from proxy.store.client import OpenSearchError, Store, url
-from proxy.store.memories import search
+from proxy.store.client import IndexMissing, NodeConflict, OpenSearchError, Store, url
+from proxy.store.memories import get_doc, index_doc, search
 from proxy.store.templates import render_index_body
 
 __all__ = ["MODELS", "MODELS_CONFIG", "ModelDocs"]
@@ -44,29 +44,19 @@ class ModelDocs:
 
     async def get(self, doc_id: str) -> dict[str, Any] | None:
         try:
-            res = await self.store.request("GET", url(MODELS, "_doc", doc_id))
-        except OpenSearchError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        if not isinstance(res, dict) or not res.get("found"):
+            found = await get_doc(self.store, MODELS, doc_id)
+        except IndexMissing:  # nothing registered yet
             return None
-        source: dict[str, Any] = res.get("_source") or {}
-        return source
+        return None if found is None else dict(found.get("_source") or {})
 
     async def put(self, doc_id: str, body: Mapping[str, Any], *, create: bool = False) -> None:
         """Write one document, refreshed (so every process lists it at once); ``create`` refuses to
         overwrite with 409."""
         await self.ensure()
-        params: dict[str, Any] = {"refresh": "true"}
-        if create:
-            params["op_type"] = "create"
         try:
-            await self.store.request("PUT", url(MODELS, "_doc", doc_id), body=dict(body), params=params)
-        except OpenSearchError as exc:
-            if exc.status == 409:
-                raise Conflict(f"A model registry entry with id {doc_id} already exists") from None
-            raise
+            await index_doc(self.store, MODELS, body, doc_id=doc_id, create=create, refresh=True)
+        except NodeConflict:
+            raise Conflict(f"A model registry entry with id {doc_id} already exists") from None
 
     async def delete(self, doc_id: str) -> bool:
         try:
