@@ -290,7 +290,8 @@ def test_a_job_killed_mid_extraction_is_finished_by_another_process(
     first = ProxyProcess(opensearch_url, flags)
     second: ProxyProcess | None = None
     try:
-        cid = _container(first.url, [SEMANTIC])
+        # No session: its summary would be the gated first LLM call, made before the add answers.
+        cid = _container(first.url, [SEMANTIC], disable_session=True)
         added = _add(
             first.url, cid, "I only drink green tea. I live in Lisbon.", {"user_id": "u9"}, wait=False
         )
