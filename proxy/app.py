@@ -106,6 +106,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
             ),
             ttl_s=settings.cache_ttl_s,
             trusted_endpoints=settings.trusted_model_endpoints,
+            forbidden_endpoints=(settings.opensearch_url,),
         )
     except (ValueError, OSError, ModelLoadError) as exc:
         for reranker in local_rerankers.values():

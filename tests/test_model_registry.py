@@ -291,3 +291,44 @@ async def test_untrusted_endpoints_are_never_called(store: Store) -> None:
             await reg.embedding_model(model_id)
     finally:
         await reg.remove(model_id)
+
+
+def test_the_data_cluster_is_never_a_model_endpoint() -> None:
+    reg = ModelRegistry(
+        cast(Any, None), cast(Any, NoLocalModels()), forbidden_endpoints=["http://127.0.0.1:9250"]
+    )
+    for same in ("http://localhost:9250/_bulk", "http://127.0.0.1:9250", "http://[::1]:9250/x/_doc"):
+        with pytest.raises(UntrustedEndpoint, match="the OpenSearch cluster memproxy stores its data in"):
+            reg.check_endpoint(same)
+    reg.check_endpoint("http://127.0.0.1:9251/v1")  # another port on the same host is another service
+
+
+@pytest.mark.node
+def test_a_connector_to_the_data_cluster_is_refused(open_proxy: Any, opensearch_url: str) -> None:
+    """The attack: a connector whose template writes a forged API key document straight into the node."""
+    import urllib.error
+    import urllib.request
+
+    connector = {
+        "name": "forge",
+        "version": 1,
+        "protocol": "http",
+        "credential": {"k": "v"},
+        "actions": [
+            {
+                "action_type": "predict",
+                "method": "POST",
+                "url": f"{opensearch_url}/memproxy-goodmem-apikeys/_doc/forged",
+                "request_body": '{"user_id": "root", "roles": ["ROOT"]}',
+            }
+        ],
+    }
+    req = urllib.request.Request(
+        open_proxy.url + "/_plugins/_ml/connectors/_create",
+        data=json.dumps(connector).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req)
+    assert refused.value.code == 400

@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -60,14 +61,26 @@ log = logging.getLogger(__name__)
 
 
 class UntrustedEndpoint(BadRequest):
-    """A registered model's URL matches none of ``--trusted-model-endpoints``."""
+    """A registered model's URL matches none of ``--trusted-model-endpoints``, or is memproxy's cluster."""
 
-    def __init__(self, url: str):
-        super().__init__(
-            f"the model endpoint {url} is not allowed: it matches none of memproxy's trusted model endpoints "
-            "(--trusted-model-endpoints)"
-        )
+    def __init__(self, url: str, why: str | None = None):
+        why = why or "it matches none of memproxy's trusted model endpoints (--trusted-model-endpoints)"
+        super().__init__(f"the model endpoint {url} is not allowed: {why}")
         self.url = url
+
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    """(host, port) with the scheme's default port filled in and every loopback name as one."""
+    parts = urllib.parse.urlsplit(url.strip())
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        port = None
+    return ("loopback" if host in _LOOPBACK or host.startswith("127.") else host), port
 
 
 class UnknownModel(NotFound):
@@ -259,6 +272,7 @@ class ModelRegistry:
         limits: CallLimits | None = None,
         ttl_s: float = 5.0,
         trusted_endpoints: Sequence[str] = DEFAULT_TRUSTED_MODEL_ENDPOINTS,
+        forbidden_endpoints: Sequence[str] = (),
     ) -> None:
         self.docs = docs
         self.embedders = embedders
@@ -267,6 +281,10 @@ class ModelRegistry:
         self.limits = limits or CallLimits()
         self.ttl_s = ttl_s
         self._trusted = [re.compile(p) for p in trusted_endpoints]
+        # The cluster memproxy keeps its data in: a model pointing there would let its registrant send the
+        # node requests (an ml-commons connector's body is the caller's own template) that write memproxy's
+        # private indices or close them, whatever --trusted-model-endpoints allows.
+        self._forbidden = {_host_port(u) for u in forbidden_endpoints}
         self._secret_key = secret_key
         self._secret_source = secret_source
         self._box: SecretBox | None = None
@@ -286,6 +304,8 @@ class ModelRegistry:
         must not let a caller make memproxy post to any host of its network."""
         if not any(p.match(url) for p in self._trusted):
             raise UntrustedEndpoint(url)
+        if _host_port(url) in self._forbidden:
+            raise UntrustedEndpoint(url, "it is the OpenSearch cluster memproxy stores its data in")
 
     # --- credentials -----------------------------------------------------------------------------------
 
