@@ -467,9 +467,9 @@ def scored(events: list[RetrieveMemoryEvent], stage: str) -> list[tuple[str, flo
 
 
 def test_live_score_convention_by_default_cosine_as_a_setting(world: World, cosine_gm: Goodmem) -> None:
-    """goodmem-llamaindex is not installed here, so its use of the score is replayed on the SDK's events:
-    it negates a vector-stage relevanceScore into ``node.score`` (built for live servers' negative inner
-    product), and ``SimilarityPostprocessor(similarity_cutoff=0.3)`` keeps nodes scoring at least 0.3."""
+    """The SDK's own view of both settings: what goodmem-llamaindex does with the score (negate it into
+    ``node.score``, built for live servers' negative inner product; ``SimilarityPostprocessor`` keeps nodes
+    scoring at least 0.3) replayed on the events. tests/test_goodmem_llamaindex.py runs the package itself."""
     kw: dict[str, Any] = {"message": QUERY, "space_ids": [world.space], "requested_size": 4, "stream": False}
     live = scored(world.gm.memories.retrieve(**kw), "retrieve")
     cos = scored(cosine_gm.memories.retrieve(**kw), "retrieve")
