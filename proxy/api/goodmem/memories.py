@@ -11,6 +11,7 @@ import base64
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.api import body as body_reader
 from proxy.api.goodmem.memory_wire import (
@@ -34,6 +35,11 @@ routes = web.RouteTableDef()
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
+def _reason(exc: Exception) -> str:
+    # aiohttp's own errors carry their text in ``message`` and repeat the offending bytes in str().
+    return str(getattr(exc, "message", None) or exc).splitlines()[0][:200]
+
+
 async def _multipart(request: web.Request) -> tuple[Any, dict[str, tuple[bytes, str | None]]]:
     """(the JSON of the ``request``/``requests`` part, {part name: (bytes, content type)} of the file
     parts)."""
@@ -43,13 +49,17 @@ async def _multipart(request: web.Request) -> tuple[Any, dict[str, tuple[bytes, 
     while True:
         try:
             part = await reader.next()
-        except ValueError as exc:  # aiohttp's multipart reader: no starting boundary, a bad part header
-            raise BadRequest(f"Malformed multipart body: {exc}") from None
+        except (ValueError, HttpProcessingError) as exc:
+            # aiohttp's multipart reader: no starting boundary, a bad part header, a line over its limit.
+            raise BadRequest(f"Malformed multipart body: {_reason(exc)}") from None
         if part is None:
             break
         if not isinstance(part, BodyPartReader):
             continue
-        data = await part.read(decode=True)
+        try:
+            data = await part.read(decode=True)
+        except (ValueError, HttpProcessingError) as exc:
+            raise BadRequest(f"Malformed multipart body: {_reason(exc)}") from None
         if len(data) > MAX_FILE_BYTES:
             raise BadRequest("Uploaded file is too large")
         if part.name in ("request", "requests"):
