@@ -60,7 +60,8 @@ class EngineOptions:
     ``device``: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda``, ``cuda:N``.
     ``dtype``: ``auto`` (bfloat16 on CPUs with native bf16, float16 on CUDA, float32 otherwise),
     ``float32`` (the reference), ``bfloat16``, ``float16``.
-    ``threads``: torch intra-op threads for model work; ``None`` keeps torch's default (physical cores).
+    ``threads``: torch intra-op threads for model work; ``None``: half the CPUs the process may use
+    (``proxy.embedding.cpu.default_threads``: affinity and cgroup quota), at least one.
     ``max_batch_tokens``: padded-token budget of one batch (texts x longest text).
     ``max_batch_size``: most texts in one batch, whatever their length; ``None`` picks by device (see
     ``batch_size_for``).

@@ -21,6 +21,7 @@ from proxy.embedding.config import (
     EmbedderSpec,
     EngineOptions,
 )
+from proxy.embedding.cpu import default_threads
 from proxy.embedding.errors import EmbedderClosed, UnknownEmbedder
 from proxy.embedding.model import LoadedModel, dtype_name, load_model
 from proxy.ids import is_uuid
@@ -49,8 +50,7 @@ def _key(embedder_id: str) -> str:
 
 def _init_compute_thread(threads: int | None) -> None:
     # torch's thread count is per OS thread under OpenMP: set it on the thread that runs the model.
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads is not None else default_threads())
 
 
 class EmbedderRegistry:

@@ -28,6 +28,7 @@ import torch
 
 from proxy.embedding.batching import Embedder
 from proxy.embedding.config import EmbedderInfo, EngineOptions
+from proxy.embedding.cpu import default_threads
 from proxy.embedding.errors import ModelLoadError
 from proxy.embedding.layout import ModelLayout
 from proxy.embedding.model import (
@@ -198,8 +199,7 @@ class _PairQueue(Embedder):
 
 
 def _init_compute_thread(threads: int | None) -> None:
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads is not None else default_threads())
 
 
 class LocalReranker:
