@@ -332,3 +332,18 @@ def test_a_connector_to_the_data_cluster_is_refused(open_proxy: Any, opensearch_
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(req)
     assert refused.value.code == 400
+
+
+async def test_lookups_of_made_up_ids_do_not_grow_the_cache_without_bound() -> None:
+    class NothingStored:
+        reads = 0
+
+        async def get(self, doc_id: str) -> None:
+            NothingStored.reads += 1
+
+    reg = ModelRegistry(cast(Any, NothingStored()), cast(Any, NoLocalModels()), ttl_s=60)
+    for n in range(10_000):
+        assert await reg.get(f"made-up-{n}") is None
+    assert NothingStored.reads == 10_000
+    assert len(reg._records) <= 4096
+    assert await reg.get("made-up-9999") is None and NothingStored.reads == 10_000  # still cached

@@ -255,6 +255,7 @@ class _ProviderChat:
 # --- the registry ----------------------------------------------------------------------------------------
 
 _EMBEDDING_KINDS: tuple[KIND, ...] = ("embedder", "remote")
+_MAX_CACHED = 4096
 _RERANK_KINDS: tuple[KIND, ...] = ("reranker",)
 _LLM_KINDS: tuple[KIND, ...] = ("llm", "remote")
 
@@ -339,6 +340,15 @@ class ModelRegistry:
 
     # --- documents --------------------------------------------------------------------------------------
 
+    def _remember(self, model_id: str, record: ModelRecord | None, now: float) -> None:
+        """Cache a lookup. Ids come from callers, so the cache is bounded: past ``_MAX_CACHED`` entries the
+        expired ones go, and if that is not enough, all of them (a miss costs one node read)."""
+        if len(self._records) >= _MAX_CACHED:
+            self._records = {k: v for k, v in self._records.items() if now - v[0] < self.ttl_s}
+            if len(self._records) >= _MAX_CACHED:
+                self._records.clear()
+        self._records[model_id] = (now, record)
+
     async def get(self, model_id: str, kinds: Sequence[KIND] | None = None) -> ModelRecord | None:
         """A runtime registry document by id (any kind when ``kinds`` is None)."""
         now = time.monotonic()
@@ -348,14 +358,14 @@ class ModelRegistry:
         else:
             doc = await self.docs.get(model_id) if model_id else None
             record = ModelRecord.from_doc(model_id, doc) if doc is not None else None
-            self._records[model_id] = (now, record)
+            self._remember(model_id, record, now)
         if record is not None and kinds is not None and record.kind not in kinds:
             return None
         return record
 
     async def save(self, record: ModelRecord, *, create: bool = False) -> ModelRecord:
         await self.docs.put(record.model_id, record.to_doc(), create=create)
-        self._records[record.model_id] = (time.monotonic(), record)
+        self._remember(record.model_id, record, time.monotonic())
         self._dimensions.pop(record.model_id, None)
         return record
 
