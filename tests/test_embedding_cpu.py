@@ -40,9 +40,7 @@ def test_cgroup_v1_quota(tmp_path: Path) -> None:
         (8, 0.5, 0.5, 1),  # never zero
     ],
 )
-def test_threads_follow_what_the_process_gets(
-    affinity: int, quota: float, cpus: float, threads: int
-) -> None:
+def test_threads_follow_what_the_process_gets(affinity: int, quota: float, cpus: float, threads: int) -> None:
     assert usable_cpus(quota=quota, affinity=affinity) == cpus
     assert default_threads(cpus) == threads
 
