@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["default_threads", "usable_cpus"]
+__all__ = ["default_threads", "set_compute_threads", "usable_cpus"]
 
 _CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
 _CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
@@ -51,3 +51,11 @@ def default_threads(cpus: float | None = None) -> int:
     """Half of the usable CPUs (rounded down, at least one): 1 on a 2-core box, 8 on a dedicated 16."""
     cpus = usable_cpus() if cpus is None else cpus
     return max(1, math.floor(cpus) // 2)
+
+
+def set_compute_threads(threads: int | None) -> None:
+    """Thread initializer of a model's compute thread: torch's thread count is per OS thread under OpenMP,
+    so it is set on the thread that runs the model (``threads``, else :func:`default_threads`)."""
+    import torch  # only the compute thread needs it; the sizing above is plain Python
+
+    torch.set_num_threads(threads if threads is not None else default_threads())

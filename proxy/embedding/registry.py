@@ -10,8 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-import torch
-
 from proxy.embedding.batching import Embedder
 from proxy.embedding.config import (
     DEFAULT_EMBEDDER_ALIAS,
@@ -21,7 +19,7 @@ from proxy.embedding.config import (
     EmbedderSpec,
     EngineOptions,
 )
-from proxy.embedding.cpu import default_threads
+from proxy.embedding.cpu import set_compute_threads
 from proxy.embedding.errors import EmbedderClosed, UnknownEmbedder
 from proxy.embedding.model import LoadedModel, dtype_name, load_model
 from proxy.ids import is_uuid
@@ -46,11 +44,6 @@ def default_spec() -> EmbedderSpec:
 
 def _key(embedder_id: str) -> str:
     return embedder_id.strip().lower()
-
-
-def _init_compute_thread(threads: int | None) -> None:
-    # torch's thread count is per OS thread under OpenMP: set it on the thread that runs the model.
-    torch.set_num_threads(threads if threads is not None else default_threads())
 
 
 class EmbedderRegistry:
@@ -103,7 +96,7 @@ class EmbedderRegistry:
         # One compute thread for all models: they share the same cores (or GPU), and a forward already
         # uses every core, so two concurrent forwards would only fight.
         self._compute = ThreadPoolExecutor(
-            1, "memproxy-embed", initializer=_init_compute_thread, initargs=(self._options.threads,)
+            1, "memproxy-embed", initializer=set_compute_threads, initargs=(self._options.threads,)
         )
         self._tokenize = ThreadPoolExecutor(1, "memproxy-tokenize")
         try:

@@ -28,7 +28,7 @@ import torch
 
 from proxy.embedding.batching import Embedder
 from proxy.embedding.config import EmbedderInfo, EngineOptions
-from proxy.embedding.cpu import default_threads
+from proxy.embedding.cpu import set_compute_threads
 from proxy.embedding.errors import ModelLoadError
 from proxy.embedding.layout import ModelLayout
 from proxy.embedding.model import (
@@ -198,10 +198,6 @@ class _PairQueue(Embedder):
         return await loop.run_in_executor(self._tokenize_pool, self.model.tokenize_pairs, query, texts)
 
 
-def _init_compute_thread(threads: int | None) -> None:
-    torch.set_num_threads(threads if threads is not None else default_threads())
-
-
 class LocalReranker:
     """One cross-encoder and its batching queue. ``load`` (blocking), ``await start()``, ``await score()``.
 
@@ -224,7 +220,7 @@ class LocalReranker:
         self._owned: list[ThreadPoolExecutor] = []
         if compute is None:
             compute = ThreadPoolExecutor(
-                1, "memproxy-rerank", initializer=_init_compute_thread, initargs=(options.threads,)
+                1, "memproxy-rerank", initializer=set_compute_threads, initargs=(options.threads,)
             )
             self._owned.append(compute)
         if tokenize is None:

@@ -14,14 +14,12 @@ from dataclasses import dataclass
 
 from proxy.core.models.records import KIND, ProviderCall
 from proxy.core.models.registry import StartupModel
+from proxy.models import CHAT_PROVIDERS, EMBED_PATHS, RERANK_WIRES
 
 __all__ = ["LocalModelPath", "parse_model_flag"]
 
-_WIRES = {
-    "embedder": {"openai", "tei", "cohere"},
-    "reranker": {"tei", "cohere", "jina", "voyage", "vllm"},
-    "llm": {"openai", "vllm", "ollama", "llamacpp", "litellm", "openrouter", "generic"},
-}
+# The wire formats proxy.models speaks, per kind (an LLM's "provider" picks its chat defaults).
+_WIRES = {"embedder": set(EMBED_PATHS), "reranker": set(RERANK_WIRES), "llm": set(CHAT_PROVIDERS)}
 _DEFAULT_WIRE = {"embedder": "openai", "reranker": "tei", "llm": "openai"}
 
 
