@@ -1,4 +1,5 @@
-"""``python -m proxy`` / ``memproxy``: run the proxy in the foreground."""
+"""``python -m proxy`` / ``memproxy``: run the proxy in the foreground (``memproxy [serve] [flags]``), or one
+of the client commands of :mod:`proxy.cli` (``memproxy ingest|search|inspect|export|import ...``)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,32 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
-
-from proxy.api.guards import install_quiet_request_handler
-from proxy.app import make_app
-from proxy.config import parse_settings
+from proxy.cli import COMMANDS, run
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    # ``memproxy ingest ...`` and the other client commands (proxy.cli); anything else runs the server, as
+    # ``memproxy [flags]`` always has, and ``memproxy serve [flags]`` says so explicitly.
+    if args and args[0] in COMMANDS:
+        sys.exit(run(args))
+    _serve(args[1:] if args[:1] == ["serve"] else args)
+
+
+def _serve(argv: Sequence[str]) -> None:
+    # Imported here, not above: a client command must not pay seconds for the server's imports (torch).
+    from aiohttp import web
+
+    from proxy.api.guards import install_quiet_request_handler
+    from proxy.app import make_app
+    from proxy.config import parse_settings
+    from proxy.observability import configure_logging
+
     settings = parse_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # Text or JSON lines, each carrying the id of the request it was logged for (proxy.observability).
+    configure_logging(settings.log_level, settings.log_format, sys.stderr)
     # opensearch-py logs every call at INFO and every failed call with a traceback at WARNING; memproxy
     # reports what matters itself (an unreachable cluster is a 503, not a stack trace in the log).
     logging.getLogger("opensearch").setLevel(logging.ERROR)

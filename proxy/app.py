@@ -14,17 +14,23 @@ from pathlib import Path
 
 from aiohttp import web
 
-from proxy.api import goodmem, health, openai, opensearch_memory
+from proxy.api import admin, console, goodmem, health, openai, openapi, opensearch_memory
 from proxy.api.errors import error_middleware
+from proxy.api.goodmem.schema import GOODMEM_API
 from proxy.api.guards import input_guard_middleware
 from proxy.api.identity import identity_middleware, log_auth_mode
+from proxy.api.metrics import metrics_ctx, metrics_middleware
+from proxy.api.metrics import routes as metrics_routes
+from proxy.api.opensearch_memory.schema import MEMORY_API
 from proxy.api.passthrough import passthrough
-from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.api.request_ids import echo_request_id, request_id_middleware
+from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, METRICS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
 from proxy.core.cache import Caches
 from proxy.core.identity import Identity
 from proxy.core.infer.jobs import register_infer
 from proxy.core.jobs import JobQueue, JobRunner
+from proxy.core.metrics import Metrics
 from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
 from proxy.core.models.startup import parse_model_flag
 from proxy.core.services import Services
@@ -35,7 +41,10 @@ from proxy.store.client import Store
 from proxy.store.jobs import JobDocs
 from proxy.store.models import ModelDocs
 
-__all__ = ["make_app"]
+__all__ = ["OPENAPI_APIS", "make_app"]
+
+# The APIs /_memproxy/openapi.json describes, each from its slice's declared wire models.
+OPENAPI_APIS = (openapi.MEMPROXY_API, MEMORY_API, GOODMEM_API)
 
 log = logging.getLogger(__name__)
 
@@ -157,24 +166,39 @@ async def _job_workers_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 def make_app(settings: Settings) -> web.Application:
-    # The error middleware is outermost, so every refusal below it is rendered in its API's shape; the input
-    # guard refuses unreadable headers and oversized bodies before identity looks anything up; identity runs
-    # before every handler, the pass-through catch-all included.
+    # The request id and the metrics wrap everything, so every answer (a rendered error included) carries
+    # the id and is counted with the status the caller got; the error middleware comes next, so every
+    # refusal below it is rendered in its API's shape; the input guard refuses unreadable headers and
+    # oversized bodies before identity looks anything up; identity runs before every handler, the
+    # pass-through catch-all included.
     app = web.Application(
-        middlewares=[error_middleware, input_guard_middleware, identity_middleware],
+        middlewares=[
+            request_id_middleware,
+            metrics_middleware,
+            error_middleware,
+            input_guard_middleware,
+            identity_middleware,
+        ],
         client_max_size=settings.max_body_bytes,
     )
+    app.on_response_prepare.append(echo_request_id)
     app[SETTINGS] = settings
+    app[METRICS] = Metrics()
     app[STARTED_AT] = time.monotonic()
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_embedders_ctx)
     app.cleanup_ctx.append(_services_ctx)
     app.cleanup_ctx.append(_identity_ctx)
     app.cleanup_ctx.append(_jobs_ctx)
+    app.cleanup_ctx.append(metrics_ctx)
     app.add_routes(health.routes)
+    app.add_routes(openapi.routes_for(OPENAPI_APIS))
+    app.add_routes(metrics_routes)
     opensearch_memory.mount(app)
     goodmem.setup(app)  # its routes, and its state as a cleanup_ctx after the services
     openai.mount(app)
+    admin.mount(app)
+    console.mount(app)
     app.cleanup_ctx.append(_job_workers_ctx)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

@@ -47,6 +47,10 @@ class Settings:
     # Seconds a search may reuse a container document, API key or grant answer it read (0: never).
     cache_ttl_s: float = DEFAULT_CACHE_TTL_S
     log_level: str = "INFO"
+    # "text" (one classic line per record) or "json" (one object per line; docs/observability.md).
+    log_format: str = "text"
+    # /metrics needs an administrator's credential unless the operator opens it (a scraper without a key).
+    metrics_public: bool = False
     # uvloop (libuv, in C) makes each HTTP exchange cheaper than asyncio's pure-Python loop; "asyncio" is
     # there for debugging and for platforms without uvloop.
     event_loop: str = "uvloop"
@@ -91,6 +95,15 @@ class Settings:
     jobs_lease_s: float = 60.0
     jobs_max_attempts: int = 5
     jobs_poll_s: float = 1.0
+    # GoodMem documents (docs/documents.md): the largest document accepted (413 above it), the most pages
+    # one may have, the OCR time one document's job may spend, the DPI of stored page images, and the
+    # longest text memory still processed within its create request (longer ones, and every document that
+    # needs extraction, are processed by a background job and answered PENDING, as GoodMem does).
+    document_max_bytes: int = 24 * 1024 * 1024
+    document_max_pages: int = 500
+    ocr_timeout_s: float = 300.0
+    page_image_dpi: int = 150
+    sync_max_chars: int = 100_000
 
     def __post_init__(self) -> None:
         # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
@@ -165,6 +178,7 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         "seconds a read container or API key is reused (0: off)",
     ),
     ("log-level", "MEMPROXY_LOG_LEVEL", str, "DEBUG | INFO | WARNING | ERROR"),
+    ("log-format", "MEMPROXY_LOG_FORMAT", str, "text | json (one JSON object per line)"),
     ("event-loop", "MEMPROXY_EVENT_LOOP", str, "uvloop | asyncio"),
     ("auth", "MEMPROXY_AUTH", str, "apikey | none (none: no authentication on ml-commons and pass-through)"),
     ("max-body-bytes", "MEMPROXY_MAX_BODY_BYTES", int, "largest request body memproxy reads"),
@@ -202,6 +216,16 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ("jobs-lease-s", "MEMPROXY_JOBS_LEASE_S", float, "lease of a running job, renewed while it runs"),
     ("jobs-max-attempts", "MEMPROXY_JOBS_MAX_ATTEMPTS", int, "attempts a job gets before it fails"),
     ("jobs-poll-s", "MEMPROXY_JOBS_POLL_S", float, "seconds between looks for due jobs"),
+    ("document-max-bytes", "MEMPROXY_DOCUMENT_MAX_BYTES", int, "largest document a memory may hold (413)"),
+    ("document-max-pages", "MEMPROXY_DOCUMENT_MAX_PAGES", int, "most pages a document may have"),
+    ("ocr-timeout-s", "MEMPROXY_OCR_TIMEOUT_S", float, "OCR time one document's job may spend"),
+    ("page-image-dpi", "MEMPROXY_PAGE_IMAGE_DPI", int, "resolution of the page images stored for PDFs"),
+    (
+        "sync-max-chars",
+        "MEMPROXY_SYNC_MAX_CHARS",
+        int,
+        "longest text memory processed within its create request (longer: a background job)",
+    ),
     (
         "trusted-model-endpoints",
         "MEMPROXY_TRUSTED_MODEL_ENDPOINTS",
@@ -263,6 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="let user-supplied Query DSL carry scripts (env MEMPROXY_ALLOW_SCRIPTS, default false)",
     )
+    parser.add_argument(
+        "--metrics-public",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        help="serve /metrics without a credential (env MEMPROXY_METRICS_PUBLIC, default false: an "
+        "administrator's key)",
+    )
     return parser
 
 
@@ -289,6 +322,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         values["allow_scripts"] = args.allow_scripts
     elif env.get("MEMPROXY_ALLOW_SCRIPTS"):
         values["allow_scripts"] = _bool(env["MEMPROXY_ALLOW_SCRIPTS"])
+    if args.metrics_public is not None:
+        values["metrics_public"] = args.metrics_public
+    elif env.get("MEMPROXY_METRICS_PUBLIC"):
+        values["metrics_public"] = _bool(env["MEMPROXY_METRICS_PUBLIC"])
     embedders = args.embedder or [e for e in env.get("MEMPROXY_EMBEDDERS", "").split(",") if e.strip()]
     for entry in embedders:
         if "=" not in entry:
@@ -317,6 +354,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --cache-ttl-s must be 0 or more")
     if values.get("event_loop", "uvloop") not in ("uvloop", "asyncio"):
         raise SystemExit("memproxy: --event-loop must be uvloop or asyncio")
+    if values.get("log_format", "text") not in ("text", "json"):
+        raise SystemExit("memproxy: --log-format must be text or json")
     if values.get("auth", "apikey") not in ("apikey", "none"):
         raise SystemExit("memproxy: --auth must be apikey or none")
     if values.get("goodmem_vector_score", "live") not in ("live", "cosine"):
@@ -329,6 +368,13 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --jobs-lease-s and --jobs-poll-s must be positive")
     if values.get("jobs_max_attempts", 1) < 1:
         raise SystemExit("memproxy: --jobs-max-attempts must be 1 or more")
+    for name in ("document_max_bytes", "document_max_pages", "page_image_dpi"):
+        if values.get(name, 1) < 1:
+            raise SystemExit(f"memproxy: --{name.replace('_', '-')} must be 1 or more")
+    if values.get("ocr_timeout_s", 1.0) <= 0:
+        raise SystemExit("memproxy: --ocr-timeout-s must be positive")
+    if not 72 <= values.get("page_image_dpi", 150) <= 600:
+        raise SystemExit("memproxy: --page-image-dpi must be between 72 and 600")
     if "opensearch_url" in values:
         values["opensearch_url"] = values["opensearch_url"].rstrip("/")
     return Settings(**values)

@@ -19,6 +19,8 @@ __all__ = [
     "MemproxyError",
     "NotFound",
     "Overloaded",
+    "PreconditionFailed",
+    "RangeNotSatisfiable",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
@@ -71,6 +73,18 @@ class NotFound(MemproxyError):
 
 class Conflict(MemproxyError):
     status = 409
+
+
+class PreconditionFailed(MemproxyError):
+    """A conditional request's precondition (``If-Match``) does not hold."""
+
+    status = 412
+
+
+class RangeNotSatisfiable(MemproxyError):
+    """A ``Range`` that is malformed or lies outside the content (``Content-Range: bytes */N`` is set)."""
+
+    status = 416
 
 
 class Overloaded(MemproxyError):

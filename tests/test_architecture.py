@@ -4,16 +4,21 @@ Layers, top to bottom; a module imports only from its own layer or the ones belo
 named together in one layer do not import each other:
 
     proxy.__main__, then proxy.app          the process, the aiohttp application
-    proxy.api.* (one slice per API)         and proxy.api's shared modules: errors, pass-through, health
+    proxy.api.* (one slice per API)         and proxy.api's shared modules: errors, pass-through, health;
+                                            proxy.api.admin (container export / import) is a slice too
     proxy.app_keys                          the typed state on the application
     proxy.core                              what the slices share: containers, memories, search
     proxy.store                             every URL, every DSL body, node errors → typed errors
     proxy.config
-    proxy.embedding | proxy.filters | proxy.models   stand alone
-    proxy.errors, proxy.ids                 the exception tree; the UUID check
+    proxy.embedding | proxy.filters | proxy.models | proxy.cli   stand alone (the CLI is a client of the
+                                            HTTP APIs: it reaches no server code, none of the layers above)
+    proxy.documents                         stands alone too, and imports nothing else of proxy
+    proxy.errors, proxy.ids, proxy.observability   the exception tree; the UUID check; request ids, logs
 
-Besides: ``proxy.core.goodmem`` serves the GoodMem slice alone, and no module imports itself in a circle
-(imports under ``if TYPE_CHECKING:`` count for the layers, not for circles: they never run).
+Besides: ``proxy.core.goodmem`` serves the GoodMem slice and the inspection console alone, no module
+imports itself in a circle (imports under ``if TYPE_CHECKING:`` count for the layers, not for circles:
+they never run), and only ``proxy.core.metrics`` imports prometheus-client (the embedding engine, the
+caches and the store expose plain counters that it reads).
 """
 
 from __future__ import annotations
@@ -28,18 +33,26 @@ PROXY = Path(__file__).resolve().parent.parent / "proxy"
 LAYERS: list[tuple[str, ...]] = [
     ("proxy.__main__",),
     ("proxy.app",),
-    ("proxy.api.goodmem", "proxy.api.opensearch_memory", "proxy.api.openai", "proxy.api"),
+    (
+        "proxy.api.goodmem",
+        "proxy.api.opensearch_memory",
+        "proxy.api.openai",
+        "proxy.api.console",
+        "proxy.api.admin",
+        "proxy.api",
+    ),
     ("proxy.app_keys",),
     ("proxy.core",),
     ("proxy.store",),
     ("proxy.config",),
-    ("proxy.embedding", "proxy.filters", "proxy.models"),
-    ("proxy.errors", "proxy.ids"),
+    ("proxy.embedding", "proxy.filters", "proxy.models", "proxy.cli", "proxy.documents"),
+    ("proxy.errors", "proxy.ids", "proxy.observability"),
 ]
 # Shared modules of the api layer that every slice may use (error middleware, pass-through, health).
 API_COMMON = "proxy.api"
 # A package only these importers (and itself) may use.
-PRIVATE_TO = {"proxy.core.goodmem": ("proxy.api.goodmem",)}
+# The console runs GoodMem retrieval itself (its search playground), so it may use the GoodMem core too.
+PRIVATE_TO = {"proxy.core.goodmem": ("proxy.api.goodmem", "proxy.api.console")}
 
 Graph = Mapping[str, Mapping[str, bool]]  # module → imported module → imported only for type checking
 
@@ -168,6 +181,44 @@ def test_no_import_circles() -> None:
     assert circles(import_graph()) == []
 
 
+def importers_of(top_level: str) -> set[str]:
+    """The proxy modules that import the third-party package ``top_level`` (anywhere in them)."""
+    found: set[str] = set()
+    for path in sorted(PROXY.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            if any(name == top_level or name.startswith(top_level + ".") for name in names):
+                found.add(module_name(path))
+    return found
+
+
+def test_only_the_metrics_module_imports_prometheus() -> None:
+    assert importers_of("prometheus_client") == {"proxy.core.metrics"}
+    # The same walk finds a package that many modules import, so an empty answer above would be a real one.
+    assert {"proxy.api.metrics", "proxy.app"} <= importers_of("aiohttp")
+
+
+def test_documents_stand_alone() -> None:
+    """proxy.documents has its own errors and is called by the lead's job code, never the reverse; and only
+    its PDF module calls PDFium, whose one lock (proxy.documents.pdf.PDFIUM_LOCK) is what makes it safe."""
+    graph = import_graph()
+    outside = {
+        (source, target)
+        for source, edges in graph.items()
+        if source.startswith("proxy.documents")
+        for target in edges
+        if not target.startswith("proxy.documents")
+    }
+    assert outside == set()
+    assert any(source.startswith("proxy.documents.") for source in graph)
+    assert importers_of("pypdfium2") == {"proxy.documents.pdf"}
+
+
 def test_the_checks_can_fail() -> None:
     """The contract's checks on a made-up graph that breaks each rule once."""
     graph = {
@@ -177,11 +228,14 @@ def test_the_checks_can_fail() -> None:
         "proxy.filters.a": {"proxy.filters.b": False},
         "proxy.filters.b": {"proxy.filters.a": False, "proxy.filters.c": True},
         "proxy.filters.c": {"proxy.filters.b": False},
+        "proxy.cli.search": {"proxy.store.client": False, "proxy.cli.client": False},  # the CLI's data access
     }
     assert layer_violations(graph) == [
         "proxy.api.openai.routes imports proxy.api.goodmem.spaces: "
         "proxy.api.openai and proxy.api.goodmem are independent",
-        "proxy.core.search imports proxy.core.goodmem.auth, which only proxy.api.goodmem may use",
+        "proxy.cli.search imports proxy.store.client, a layer above it",
+        "proxy.core.search imports proxy.core.goodmem.auth, "
+        "which only proxy.api.goodmem, proxy.api.console may use",
         "proxy.store.client imports proxy.core.containers, a layer above it",
     ]
     assert circles(graph) == [["proxy.filters.a", "proxy.filters.b"]]

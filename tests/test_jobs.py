@@ -275,7 +275,7 @@ async def test_a_permanent_error_fails_the_job_at_once(queue: JobQueue, kind: st
         job = await queue.enqueue(kind, {})
         done = await queue.wait(job.job_id, timeout_s=10)
     assert (done.state, done.attempts, done.failure_stage) == (FAILED, 1, "parse")
-    assert done.last_error == "PermanentJobError: encrypted PDF"
+    assert done.last_error == "encrypted PDF"
 
 
 async def test_lease_renewal_keeps_a_long_job_owned(queue: JobQueue, kind: str) -> None:

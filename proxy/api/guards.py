@@ -62,6 +62,7 @@ class Limits:
     max_json_depth: int = Settings.max_json_depth
     max_memory_chars: int = Settings.max_memory_chars
     max_chunks_per_memory: int = Settings.max_chunks_per_memory
+    document_max_bytes: int = Settings.document_max_bytes
 
     @staticmethod
     @functools.lru_cache(maxsize=16)
@@ -71,6 +72,7 @@ class Limits:
             max_json_depth=settings.max_json_depth,
             max_memory_chars=settings.max_memory_chars,
             max_chunks_per_memory=settings.max_chunks_per_memory,
+            document_max_bytes=settings.document_max_bytes,
         )
 
 

@@ -29,12 +29,20 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from proxy.api.errors import is_goodmem_path, is_openai_path
+from proxy.api.metrics import METRICS_PATH
 from proxy.app_keys import IDENTITY, PRINCIPAL, SETTINGS
 from proxy.core.identity import Principal, authenticate_cluster, find_key
 from proxy.embedding.fairness import current_caller, set_caller
 from proxy.errors import BadRequest, Unauthenticated
 
-__all__ = ["PUBLIC_ROUTES", "Credentials", "identity_middleware", "read_credentials"]
+__all__ = [
+    "CONSOLE_PREFIX",
+    "PUBLIC_ROUTES",
+    "Credentials",
+    "identify",
+    "identity_middleware",
+    "read_credentials",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +55,15 @@ PUBLIC_ROUTES = frozenset(
         ("GET", "/v1/system/info"),
         ("HEAD", "/v1/system/info"),
         ("POST", "/v1/system/init"),
+        # The OpenAPI document holds no data: clients and tools read it before they have a key.
+        ("GET", "/_memproxy/openapi.json"),
+        ("HEAD", "/_memproxy/openapi.json"),
     }
 )
+# The inspection console (proxy.api.console) signs people in with a form and keeps the credential in its own
+# cookie, which only its pages accept: it establishes the caller itself, through identify(), and shows its
+# login page to anonymous visitors instead of a 401.
+CONSOLE_PREFIX = "/_memproxy/console"
 
 
 @dataclass(frozen=True)
@@ -110,9 +125,9 @@ def read_credentials(headers: Mapping[str, str]) -> Credentials:
     return Credentials(authorization=auth)
 
 
-async def _identify(request: web.Request, creds: Credentials) -> Principal:
+async def identify(request: web.Request, creds: Credentials) -> Principal:
     """The caller behind ``creds`` (which are present); 401 when they name nobody."""
-    identity = request.app[IDENTITY]
+    identity = request.config_dict[IDENTITY]  # a sub-application's handler (the console's) asks too
     if creds.api_key is not None:
         principal = await find_key(identity, creds.api_key)
         if principal is not None:
@@ -145,12 +160,16 @@ def _missing(request: web.Request) -> Unauthenticated:
 async def identity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if (request.method, request.path) in PUBLIC_ROUTES:
         return await handler(request)
+    if request.path == METRICS_PATH and request.app[SETTINGS].metrics_public:
+        return await handler(request)  # the operator opened it to scrapers without a key
+    if request.path == CONSOLE_PREFIX or request.path.startswith(CONSOLE_PREFIX + "/"):
+        return await handler(request)
     if request.app[SETTINGS].auth == "none" and not is_goodmem_path(request.path):
         return await handler(request)  # security disabled: anonymous, as ml-commons without the plugin
     creds = read_credentials(request.headers)
     if not creds.present:
         raise _missing(request)
-    principal = await _identify(request, creds)
+    principal = await identify(request, creds)
     request[PRINCIPAL] = principal
     # The embedding queue shares its room fairly between callers (proxy.embedding.fairness).
     token = set_caller(principal.user_id)

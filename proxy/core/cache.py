@@ -45,19 +45,26 @@ class TtlCache(Generic[K, V]):
         self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
         self._loading: dict[K, asyncio.Task[V]] = {}
         self._generation = 0
+        # Look-ups answered from the cache, and those that had to load (or join a load in flight); read by
+        # the metrics at scrape time. With caching off every look-up is a miss.
+        self.hits = 0
+        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
     async def get(self, key: K, load: Callable[[], Coroutine[Any, Any, V]]) -> V:
         if self.ttl_s <= 0:
+            self.misses += 1
             return await load()
         entry = self._entries.get(key)
         if entry is not None:
             if self._clock() < entry[0]:
+                self.hits += 1
                 self._entries.move_to_end(key)
                 return entry[1]
             del self._entries[key]
+        self.misses += 1
         task = self._loading.get(key)
         if task is None:
             # The load runs as its own task, so a caller that gives up (a client disconnect cancels its

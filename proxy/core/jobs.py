@@ -106,6 +106,8 @@ class Job:
     started_at: int | None = None
     finished_at: int | None = None
     result: dict[str, Any] | None = None
+    # The stages the latest attempt went through, in order: [{"stage", "at"}] (``JobContext.set_stage``).
+    stages: tuple[dict[str, Any], ...] = ()
 
     @property
     def done(self) -> bool:
@@ -133,6 +135,7 @@ class Job:
             started_at=source.get("started_at"),
             finished_at=source.get("finished_at"),
             result=source.get("result"),
+            stages=tuple(s for s in source.get("stages") or () if isinstance(s, dict)),
         )
 
     def view(self) -> dict[str, Any]:
@@ -156,6 +159,7 @@ class Job:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "result": self.result,
+            "stages": list(self.stages),
         }
 
 
@@ -168,6 +172,8 @@ def backoff_s(attempt: int, base_s: float, max_s: float, rand: random.Random | N
 
 def _error_text(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, PermanentJobError):
+        return text[:_MAX_ERROR_CHARS]  # written by the handler for the people who read it
     if isinstance(exc, MemproxyError):
         text = exc.message
     return f"{type(exc).__name__}: {text}"[:_MAX_ERROR_CHARS]
@@ -251,6 +257,7 @@ class JobContext:
         self.owner_id = job.owner_id
         self.worker = worker
         self.stage: str | None = None
+        self._stages: list[dict[str, Any]] = []
 
     @property
     def last_attempt(self) -> bool:
@@ -261,7 +268,8 @@ class JobContext:
         """Record the step the handler is at (shown by the job; a failure names it as ``failure_stage``).
         Raises :class:`LeaseLost` when the job is no longer this process's."""
         self.stage = stage
-        await self._lease.write({"stage": stage})
+        self._stages.append({"stage": stage, "at": now_ms()})
+        await self._lease.write({"stage": stage, "stages": self._stages})
 
 
 JobHandler = Callable[[dict[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]
@@ -395,6 +403,7 @@ class JobQueue:
             "started_at": now,
             "updated_at": now,
             "stage": None,
+            "stages": [],
         }
         if expired:
             # The process of that attempt died or lost the node; say so, as a failure would.

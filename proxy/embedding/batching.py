@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import cast
@@ -128,8 +128,13 @@ class Embedder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.batches_run = 0  # forwards handed to the model, for tests and health
-        self.texts_computed = 0  # texts the model actually ran (cancelled ones never count)
+        # Plain counters for tests, health and the metrics (read at scrape time: this package stays free of
+        # any metrics library): forwards handed to the model, texts and tokens it actually ran (cancelled
+        # ones never count), and how many forwards ran each batch size (at most max_batch_size entries).
+        self.batches_run = 0
+        self.texts_computed = 0
+        self.tokens_computed = 0
+        self.batch_sizes: Counter[int] = Counter()
 
     @property
     def queued(self) -> int:
@@ -292,11 +297,16 @@ class Embedder:
                     self._release(item.request)
                     item.request.fail(error)
             else:
-                self.batches_run += any(vector is not None for vector in vectors)
+                ran = 0
                 for item, vector in zip(batch, vectors, strict=True):
                     if vector is not None:
-                        self.texts_computed += 1
+                        ran += 1
+                        self.tokens_computed += len(item.ids)
                         item.request.deliver(item.index, vector)
+                if ran:
+                    self.batches_run += 1
+                    self.texts_computed += ran
+                    self.batch_sizes[ran] += 1
             self._inflight = []
             # One loop turn lets callers whose vectors just arrived queue their next texts, so the next
             # batch is cut from a full queue rather than from whoever was early.

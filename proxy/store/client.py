@@ -13,7 +13,14 @@ status and ``error`` object, which the OpenSearch front-end relays verbatim. An 
 
 from __future__ import annotations
 
+import asyncio
+import re
 import ssl
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -31,8 +38,10 @@ from proxy.errors import (
     Unauthenticated,
     Unavailable,
 )
+from proxy.observability import current_request_id
 
 __all__ = [
+    "CallObserver",
     "IndexExists",
     "IndexMissing",
     "NodeBadRequest",
@@ -41,10 +50,20 @@ __all__ = [
     "NodeNotFound",
     "NodeUnauthenticated",
     "OpenSearchError",
+    "SentRequest",
     "Store",
+    "capture_requests",
+    "endpoint_of",
     "node_error",
+    "opaque_id_headers",
     "url",
 ]
+
+# Told of every call the store makes: (method, endpoint, seconds, error). ``endpoint`` is the path's first
+# ``_``-segment (``_search``, ``_doc``, ``_bulk``; ``index`` for a bare index path), never a name or an id;
+# ``error`` is None on success, else the status class (``4xx``, ``5xx``) or the exception's type name. The
+# metrics (proxy.core.metrics) listen here, so the store itself knows nothing of Prometheus.
+CallObserver = Callable[[str, str, float, str | None], None]
 
 
 def url(*segments: str) -> str:
@@ -114,6 +133,32 @@ def node_error(status: int, body: Any) -> OpenSearchError:
     return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
 
 
+_ENDPOINT = re.compile(r"^_[a-z_]{1,40}$")
+
+
+def endpoint_of(path: str) -> str:
+    """The API a path calls, bounded for a metric label: index names never start with ``_``, and the
+    first ``_``-segment comes before any document id."""
+    for segment in path.split("?", 1)[0].split("/"):
+        if segment.startswith("_"):
+            return segment if _ENDPOINT.match(segment) else "other"
+    return "index"
+
+
+def opaque_id_headers() -> dict[str, str]:
+    """``X-Opaque-Id`` for a call made on behalf of the request being served (the node shows it in its
+    tasks, slow logs and deprecation logs), nothing outside a request."""
+    request_id = current_request_id.get()
+    return {"X-Opaque-Id": request_id} if request_id else {}
+
+
+def _error_label(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, os_exc.TransportError) and isinstance(status, int):
+        return f"{status // 100}xx"
+    return type(exc).__name__
+
+
 def _ssl_context(settings: Settings, *, client_cert: bool = True) -> ssl.SSLContext | None:
     """TLS to the cluster; ``client_cert=False`` for the pass-through session, which acts for callers and so
     must never present memproxy's own certificate."""
@@ -137,6 +182,34 @@ def translate_error(exc: Exception) -> MemproxyError:
         body = info.get("error", info) if isinstance(info, dict) else (info or exc.error)
         return node_error(exc.status_code, body)
     return MemproxyError(f"OpenSearch call failed: {exc}")
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """One call :meth:`Store.request` sent to the node, as it sent it."""
+
+    method: str
+    path: str
+    body: Any
+    params: dict[str, Any]
+
+
+# The calls of the code running inside :func:`capture_requests` (None: nobody is capturing). A context
+# variable, so concurrent requests never see each other's calls; a list, so tasks the captured code gathers
+# (which run on copies of the context) append to the same one.
+_captured: ContextVar[list[SentRequest] | None] = ContextVar("memproxy_captured_requests", default=None)
+
+
+@contextmanager
+def capture_requests() -> Iterator[list[SentRequest]]:
+    """Record every node call made inside the block, in order: the console shows the exact requests a real
+    search compiled, taken where they are sent rather than rebuilt beside it."""
+    sent: list[SentRequest] = []
+    token = _captured.set(sent)
+    try:
+        yield sent
+    finally:
+        _captured.reset(token)
 
 
 class Store:
@@ -164,6 +237,7 @@ class Store:
             connector=aiohttp.TCPConnector(limit=256, ssl=_ssl_context(settings, client_cert=False) or True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
+        self.observer: CallObserver | None = None
 
     async def close(self) -> None:
         await self.client.close()
@@ -173,10 +247,24 @@ class Store:
         self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
         """One call to the node; raises the project's errors (:func:`node_error`), never opensearch-py's."""
+        captured = _captured.get()
+        if captured is not None:
+            captured.append(SentRequest(method, path, body, dict(params or {})))
+        began = time.perf_counter()
+        error: str | None = None
         try:
-            return await self.client.transport.perform_request(method, path, body=body, params=params)
+            return await self.client.transport.perform_request(
+                method, path, body=body, params=params, headers=opaque_id_headers() or None
+            )
+        except asyncio.CancelledError:
+            error = "cancelled"  # the caller went away: not the node's failure, but not a success either
+            raise
         except Exception as exc:
+            error = _error_label(exc)
             raise translate_error(exc) from exc
+        finally:
+            if self.observer is not None:
+                self.observer(method, endpoint_of(path), time.perf_counter() - began, error)
 
     async def cluster_health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", url("_cluster", "health"))

@@ -8,7 +8,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from proxy.errors import NotFound, Unavailable
-from proxy.store.client import Store, url
+from proxy.store.client import Store, opaque_id_headers, url
 
 __all__ = ["HOP_BY_HOP", "UpstreamResponse", "forward", "resolve_indices", "strip_hop_by_hop"]
 
@@ -65,9 +65,12 @@ async def forward(
 ) -> UpstreamResponse:
     """Send one request upstream; the body streams through without being buffered."""
     target = store.settings.opensearch_url + raw_path_qs
+    sent = strip_hop_by_hop(headers)
+    if "X-Opaque-Id" not in sent:  # the caller's own X-Opaque-Id wins: its tooling is looking for it
+        sent.update(opaque_id_headers())
     try:
         resp = await store.passthrough_http.request(
-            method, target, headers=strip_hop_by_hop(headers), data=body, allow_redirects=False
+            method, target, headers=sent, data=body, allow_redirects=False
         )
     except (aiohttp.ClientConnectionError, TimeoutError) as exc:
         raise Unavailable(f"OpenSearch at {store.settings.opensearch_url} is unreachable: {exc}") from exc

@@ -19,7 +19,7 @@ from proxy.filters import render_metadata_mapping
 from proxy.store.client import OpenSearchError, Store, url
 from proxy.store.containers import CONTAINER_INDEX
 from proxy.store.memories import bulk, delete_by_query_deadline, search
-from proxy.store.query import Exists, Filter, Not, Or, Term, Terms, all_of
+from proxy.store.query import Exists, Filter, Not, Or, Range, Term, Terms, all_of
 from proxy.store.query_dsl import compile_filter
 from proxy.store.templates import render_index_body
 
@@ -29,6 +29,7 @@ __all__ = [
     "GRANTS",
     "LONG_TERM_PATTERN",
     "MEMORIES",
+    "PAGES",
     "PRIVATE_INDEX_PATTERNS",
     "SYSTEM",
     "USERS",
@@ -44,6 +45,7 @@ SYSTEM = "memproxy-goodmem-system"
 EMBEDDERS = "memproxy-goodmem-embedders"
 GRANTS = "memproxy-goodmem-grants"
 MEMORIES = "memproxy-goodmem-memories"
+PAGES = "memproxy-goodmem-pages"
 # Every index of memproxy's own records (keys, users, grants, ...; later jobs and models): pass-through
 # never reaches them (proxy.api.passthrough).
 PRIVATE_INDEX_PATTERNS = ("memproxy-goodmem-*", "memproxy-jobs*", "memproxy-models*")
@@ -57,6 +59,7 @@ _TEMPLATES = {
     EMBEDDERS: "goodmem_embedders",
     GRANTS: "goodmem_grants",
     MEMORIES: "goodmem_memories",
+    PAGES: "goodmem_pages",
 }
 _WILDCARD_PARAMS = {"expand_wildcards": "all", "ignore_unavailable": "true", "allow_no_indices": "true"}
 
@@ -347,6 +350,63 @@ class GoodMemIndices:
             },
         )
         return int(res.get("deleted", 0))
+
+    # --- page images ----------------------------------------------------------------------------------
+
+    async def put_pages(self, docs: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Write page-image documents (id, source), overwriting, all or nothing from the caller's view: a
+        failed item raises (the job that writes them is retried whole)."""
+        if not docs:
+            return
+        await self.ensure(PAGES)
+        res = await bulk(self.store, [("index", PAGES, doc_id, dict(src)) for doc_id, src in docs])
+        outcomes = [next(iter(item.values())) for item in res.get("items", [])]
+        failed = [o for o in outcomes if int(o.get("status", 500)) >= 300]
+        if failed:
+            raise OpenSearchError(int(failed[0]["status"]), {"error": failed[0].get("error")})
+
+    async def pages(
+        self,
+        memory_id: str,
+        *,
+        start_page: int | None = None,
+        end_page: int | None = None,
+        dpi: int | None = None,
+        content_type: str | None = None,
+        size: int,
+        start: int = 0,
+        with_image: bool = False,
+    ) -> list[dict[str, Any]]:
+        """A memory's page-image documents (sources), by page then dpi, filtered; the image bytes only when
+        ``with_image``."""
+        await self.ensure(PAGES)
+        where = all_of(
+            [
+                Term("memory_id", memory_id),
+                Range("page_index", gte=start_page, lte=end_page)
+                if start_page is not None or end_page is not None
+                else None,
+                Term("dpi", dpi) if dpi is not None else None,
+                Term("content_type", content_type) if content_type else None,
+            ]
+        )
+        body: dict[str, Any] = {
+            "size": size,
+            "query": _query(where),
+            "sort": [{"page_index": "asc"}, {"dpi": "asc"}, {"content_type": "asc"}],
+        }
+        if start:
+            body["from"] = start
+        if not with_image:
+            body["_source"] = {"excludes": ["image_b64"]}
+        return [h["_source"] for h in _hits(await search(self.store, PAGES, body))]
+
+    async def delete_pages_of(self, memory_ids: Sequence[str]) -> int:
+        """Delete every page image of these memories (refreshed); how many."""
+        if not memory_ids:
+            return 0
+        await self.ensure(PAGES)
+        return await self.delete_by_query(PAGES, Terms("memory_id", tuple(memory_ids)))
 
     async def containers_using_embedder(self, embedder_id: str) -> int:
         """How many containers (spaces) embed with ``embedder_id`` first; 0 when that cannot be told."""

@@ -92,6 +92,18 @@ class JobDocs:
             return None
         return _versioned(res)
 
+    async def mget(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Sources by id for the jobs that exist (a realtime read)."""
+        if not job_ids:
+            return {}
+        try:
+            res = await self.store.request(
+                "POST", url(self.index, "_mget"), body={"ids": list(dict.fromkeys(job_ids))}
+            )
+        except NodeNotFound:  # no job was ever enqueued
+            return {}
+        return {d["_id"]: d["_source"] for d in res.get("docs", []) if d.get("found")}
+
     async def update(
         self,
         job_id: str,

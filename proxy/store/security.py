@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from proxy.errors import Unavailable
-from proxy.store.client import OpenSearchError, Store, node_error, url
+from proxy.store.client import OpenSearchError, Store, node_error, opaque_id_headers, url
 
 __all__ = ["ClusterUser", "authinfo", "cluster_has_security"]
 
@@ -37,6 +37,7 @@ class ClusterUser:
 async def _authinfo_call(store: Store, authorization: str | None) -> tuple[int, Any]:
     """(status, parsed body) of one authinfo call carrying exactly ``authorization`` (none: anonymous)."""
     headers = {"Authorization": authorization} if authorization else {}
+    headers.update(opaque_id_headers())
     target = store.settings.opensearch_url.rstrip("/") + url("_plugins", "_security", "authinfo")
     # The pass-through session has no overall timeout (a caller's long request is the caller's business);
     # this call is memproxy's own, so it gets the timeout of every other call memproxy makes.

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.api.identity import PUBLIC_ROUTES
+from proxy.api.identity import CONSOLE_PREFIX, PUBLIC_ROUTES
 from proxy.app import make_app
 from proxy.config import Settings
 from tests.adversarial.tenants import Tenant, make_tenant
@@ -53,6 +53,8 @@ SELF_SERVICE = {
     ("GET", "/v1/access-policy/grants"),
     ("*", "/v1/{tail}"),
     ("*", "/v1"),
+    # OCR reads nothing stored and stores nothing: any authenticated caller may use it.
+    ("POST", "/v1/ocr:document"),
     ("POST", "/openai/v1/embeddings"),
     ("GET", "/openai/v1/models"),
     ("GET", "/openai/v1/models/{model}"),
@@ -180,6 +182,24 @@ def tenants(proxy_url: str, admin_key: str) -> Iterator[tuple[Tenant, Tenant, Re
         admin.delete(f"{MC}/{made}", params={"delete_all_memories": "true"})
 
 
+def _is_console(canonical: str) -> bool:
+    # The console (a sub-application) signs people in with a form and a cookie, not an API credential: a
+    # caller without that cookie (anonymous, or with only an API key) is sent to its login page.
+    return canonical == CONSOLE_PREFIX or canonical.startswith(CONSOLE_PREFIX + "/")
+
+
+def _console_public(method: str, canonical: str) -> bool:
+    """The console's sign-in form, sign-out and its static files (CSS, JS): no data behind them."""
+    rest = canonical[len(CONSOLE_PREFIX) :]
+    return rest in ("/login", "/logout") or rest.startswith("/static")
+
+
+def _console_refuses(resp: httpx.Response, what: Any) -> None:
+    assert resp.status_code in (303, 401, 403, 404, 405) or "/login" in str(resp.url), what
+    if resp.status_code == 303:
+        assert resp.headers["Location"].startswith(CONSOLE_PREFIX + "/login"), what
+
+
 def _routes() -> list[tuple[str, str]]:
     app = make_app(Settings())
     return sorted({(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None})
@@ -211,7 +231,10 @@ def test_every_route_refuses_an_anonymous_caller(proxy_url: str) -> None:
                 path = _fill(canonical, {})
                 resp = anon.request(m, path)
                 checked += 1
-                if (m, canonical) in PUBLIC_ROUTES:
+                if _is_console(canonical):
+                    if not _console_public(m, canonical):
+                        _console_refuses(resp, (m, path, resp.status_code))
+                elif (m, canonical) in PUBLIC_ROUTES:
                     assert resp.status_code != 401, (m, path)
                 else:
                     assert resp.status_code == 401, (m, path, resp.status_code, resp.text[:200])
@@ -227,6 +250,14 @@ def test_every_guarded_route_refuses_a_caller_without_the_right(
     with httpx.Client(base_url=proxy_url, timeout=60) as client:
         for method, canonical in _routes():
             if (method, canonical) in PUBLIC_ROUTES or method == "HEAD":
+                continue
+            if _is_console(canonical):
+                for m in _methods(method):
+                    resp = client.request(m, _fill(canonical, res.values), headers=bob.headers)
+                    checked += 1
+                    if not _console_public(m, canonical):
+                        _console_refuses(resp, (m, canonical, resp.status_code))
+                    assert res.values["spaceId"] not in resp.text
                 continue
             for m in _methods(method):
                 path = _fill(canonical, res.values)

@@ -14,6 +14,8 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.api import body as body_reader
+from proxy.api.body import PayloadTooLarge
+from proxy.api.goodmem.downloads import bytes_reply
 from proxy.api.goodmem.memory_wire import (
     BatchDeleteBody,
     BatchGetBody,
@@ -21,18 +23,22 @@ from proxy.api.goodmem.memory_wire import (
     batch_create_items,
     memory_query,
 )
-from proxy.api.goodmem.render import memory_json
+from proxy.api.goodmem.render import memory_json, page_image_json
 from proxy.api.goodmem.state import goodmem, principal
 from proxy.api.goodmem.wire import Query, json_body, page_reply, reply
+from proxy.api.guards import current_limits
 from proxy.core.goodmem import memories as core
+from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.documents import latest_jobs
 from proxy.core.goodmem.memory_list import batch_delete_memories, list_memories
+from proxy.core.goodmem.pages import PageFilter, list_page_images, page_image
+from proxy.core.goodmem.records import MemoryRecord
+from proxy.core.jobs import Job
 from proxy.errors import BadRequest, MemproxyError, NotFound
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
-
-MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 def _reason(exc: Exception) -> str:
@@ -60,8 +66,12 @@ async def _multipart(request: web.Request) -> tuple[Any, dict[str, tuple[bytes, 
             data = await part.read(decode=True)
         except (ValueError, HttpProcessingError) as exc:
             raise BadRequest(f"Malformed multipart body: {_reason(exc)}") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise BadRequest("Uploaded file is too large")
+        limit = current_limits().document_max_bytes
+        if part.name not in ("request", "requests") and len(data) > limit:
+            raise PayloadTooLarge(
+                f"The uploaded file '{part.name}' has {len(data)} bytes, more than the {limit} one memory "
+                "may hold (document_max_bytes)"
+            )
         if part.name in ("request", "requests"):
             try:
                 meta = body_reader.decode_json(bytes(data))
@@ -101,11 +111,21 @@ async def create(request: web.Request) -> web.Response:
     return reply(memory_json(record, include_content=False), status=201)
 
 
+async def _memories_json(
+    gm: GoodMem, records: list[MemoryRecord], *, include_content: bool, include_history: bool
+) -> list[dict[str, Any]]:
+    jobs = await latest_jobs(gm, records) if include_history else {}
+    return [memory_json(r, include_content, jobs.get(r.memory_id)) for r in records]
+
+
 @routes.get("/v1/memories/{id}")
 async def get(request: web.Request) -> web.Response:
     who = await principal(request)
+    query = Query(request)
+    include, history = query.flag("includeContent"), query.flag("includeProcessingHistory")
     record = await core.get_memory(goodmem(request), who, request.match_info["id"])
-    return reply(memory_json(record, include_content=Query(request).flag("includeContent")))
+    [out] = await _memories_json(goodmem(request), [record], include_content=include, include_history=history)
+    return reply(out)
 
 
 @routes.delete("/v1/memories/{id}")
@@ -122,28 +142,56 @@ async def content(request: web.Request) -> web.Response:
     if record.content_b64 is None:
         raise NotFound("The memory has no inline content")
     data = base64.b64decode(record.content_b64)
-    return web.Response(
-        body=data,
-        headers={"Content-Type": record.content_type, "ETag": f'"{record.content_sha256}"'},
+    return bytes_reply(request, data, record.content_type, record.content_sha256)
+
+
+def _page_filter(query: Query) -> PageFilter:
+    return PageFilter(
+        start_page=query.integer("startPageIndex"),
+        end_page=query.integer("endPageIndex"),
+        dpi=query.integer("dpi"),
+        content_type=query.text("contentType") or None,
     )
 
 
 @routes.get("/v1/memories/{id}/pages")
 async def pages(request: web.Request) -> web.Response:
-    """Page images are never extracted (text content only): an empty list for a readable memory."""
     who = await principal(request)
-    await core.get_memory(goodmem(request), who, request.match_info["id"])
-    return reply({"pageImages": []})
+    query = Query(request)
+    page = await list_page_images(
+        goodmem(request),
+        who,
+        request.match_info["id"],
+        _page_filter(query),
+        query.integer("maxResults"),
+        query.text("nextToken"),
+    )
+    return page_reply("pageImages", [page_image_json(row) for row in page.items], page)
+
+
+@routes.get("/v1/memories/{id}/pages/{pageIndex}/image")
+async def page_image_bytes(request: web.Request) -> web.Response:
+    who = await principal(request)
+    raw_index = request.match_info["pageIndex"]
+    if not raw_index.isdigit():
+        await core.get_memory(goodmem(request), who, request.match_info["id"])  # 404/403 before a 400
+        raise BadRequest("pageIndex must be a non-negative integer")
+    image = await page_image(
+        goodmem(request), who, request.match_info["id"], int(raw_index), _page_filter(Query(request))
+    )
+    return bytes_reply(request, image.data, image.content_type, image.sha256)
 
 
 @routes.get("/v1/spaces/{spaceId}/memories")
 async def list_in_space(request: web.Request) -> web.Response:
     who = await principal(request)
     query = memory_query(Query(request))
+    history = Query(request).flag("includeProcessingHistory")
     page = await list_memories(goodmem(request), who, request.match_info["spaceId"], query)
-    return page_reply(
-        "memories", [memory_json(r, include_content=query.include_content) for r in page.items], page
+    items = await _memories_json(
+        goodmem(request), page.items, include_content=query.include_content, include_history=history
     )
+    return page_reply("memories", items, page)
 
 
 def _error(exc: MemproxyError) -> dict[str, Any]:
@@ -169,13 +217,13 @@ async def batch_create(request: web.Request) -> web.Response:
     return _batch_reply([_batch_entry(item, include_content=False) for item in items])
 
 
-def _batch_entry(item: core.ItemResult, *, include_content: bool) -> dict[str, Any]:
+def _batch_entry(item: core.ItemResult, *, include_content: bool, job: Job | None = None) -> dict[str, Any]:
     """One result of batchCreate / batchGet: the memory on success, the error otherwise."""
     if item.record is not None:
         return {
             "success": True,
             "memoryId": item.record.memory_id,
-            "memory": memory_json(item.record, include_content),
+            "memory": memory_json(item.record, include_content, job),
         }
     assert item.error is not None
     entry: dict[str, Any] = {"success": False, "error": _error(item.error)}
@@ -189,7 +237,19 @@ async def batch_get(request: web.Request) -> web.Response:
     who = await principal(request)
     body = BatchGetBody.parse(await json_body(request))
     items = await core.batch_get_memories(goodmem(request), who, body.memory_ids)
-    return _batch_reply([_batch_entry(item, include_content=body.include_content) for item in items])
+    jobs = {}
+    if body.include_processing_history:
+        jobs = await latest_jobs(goodmem(request), [i.record for i in items if i.record is not None])
+    return _batch_reply(
+        [
+            _batch_entry(
+                item,
+                include_content=body.include_content,
+                job=jobs.get(item.record.memory_id) if item.record is not None else None,
+            )
+            for item in items
+        ]
+    )
 
 
 @routes.post("/v1/memories:batchDelete")

@@ -19,7 +19,7 @@ from proxy.api.body import MalformedJson, PayloadTooLarge, check_unicode, has_su
 from proxy.api.goodmem.wire import Query, WireModel, raw_field, sort_descending, uuid_or_none, wire_field
 from proxy.api.guards import current_limits
 from proxy.core.goodmem.chunking import ChunkingConfig, parse_chunking
-from proxy.core.goodmem.content import NewMemory, decode_text
+from proxy.core.goodmem.content import NewMemory, read_content
 from proxy.core.goodmem.memories import Rejected
 from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES, DeleteItem, MemoryQuery, MemorySelector
 from proxy.core.goodmem.metadata import parse_metadata_filter
@@ -70,7 +70,7 @@ def memory_query(q: Query) -> MemoryQuery:
 class _Content:
     content_type: str
     content: bytes
-    text: str
+    text: str | None  # None: a document a background job extracts
 
 
 def _check_length(text: str, limit: int, what: str) -> None:
@@ -105,6 +105,14 @@ class MemoryCreateBody(WireModel):
     chunking: Annotated[
         ChunkingConfig | None, BeforeValidator(lambda v: parse_chunking(v) if v is not None else None)
     ] = wire_field("chunkingConfig")
+    extract_page_images: bool | None = wire_field("extractPageImages")
+
+    @field_validator("extract_page_images", mode="before")
+    @classmethod
+    def _page_images(cls, value: Any) -> bool | None:
+        if value is not None and not isinstance(value, bool):
+            raise BadRequest("extractPageImages must be a boolean")
+        return value
 
     @field_validator("space_id", mode="before")
     @classmethod
@@ -139,7 +147,17 @@ class MemoryCreateBody(WireModel):
                 content = base64.b64decode(b64_in, validate=True)
             except (binascii.Error, ValueError):
                 raise BadRequest("originalContentB64 is not valid base64") from None
-            text = decode_text(content, content_type)
+            if len(content) > current_limits().document_max_bytes:
+                raise PayloadTooLarge(
+                    f"The content has {len(content)} bytes, more than the "
+                    f"{current_limits().document_max_bytes} one memory may hold (document_max_bytes)"
+                )
+            if not content:
+                raise BadRequest("originalContent must not be empty")
+            read = read_content(content, content_type)
+            if read is None:
+                return _Content(content_type, content, None)
+            text = read
             _check_length(text, limit, "The text of originalContentB64")
             # A charset such as unicode_escape can decode bytes into a lone surrogate: never stored.
             if has_surrogate(text):
@@ -172,6 +190,7 @@ class MemoryCreateBody(WireModel):
             metadata=self.metadata,
             chunking=self.chunking,
             content_ref=self.content_ref,
+            extract_page_images=self.extract_page_images,
         )
 
     @classmethod
@@ -202,6 +221,9 @@ class BatchGetBody(WireModel):
     )
     # Any truthy value asks for the content, as memproxy has always read it.
     include_content: Annotated[bool, BeforeValidator(bool)] = wire_field("includeContent", False)
+    include_processing_history: Annotated[bool, BeforeValidator(bool)] = wire_field(
+        "includeProcessingHistory", False
+    )
 
 
 def _filter_text(value: Any, what: str) -> Any:

@@ -16,6 +16,7 @@ from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.spaces import Space
 from proxy.core.goodmem.system import Initialized, Instance
 from proxy.core.goodmem.users import User
+from proxy.core.jobs import Job
 
 __all__ = [
     "api_key_json",
@@ -26,6 +27,8 @@ __all__ = [
     "llm_created_json",
     "memory_json",
     "model_json",
+    "page_image_json",
+    "processing_history_json",
     "space_json",
     "system_info",
     "user_json",
@@ -194,19 +197,78 @@ def llm_created_json(created: CreatedLLM) -> dict[str, Any]:
     }
 
 
-def memory_json(record: MemoryRecord, include_content: bool) -> dict[str, Any]:
+_JOB_STATUS = {
+    "PENDING": "BACKGROUND_JOB_PENDING",
+    "RUNNING": "BACKGROUND_JOB_RUNNING",
+    "COMPLETED": "BACKGROUND_JOB_SUCCEEDED",
+    "FAILED": "BACKGROUND_JOB_FAILED",
+}
+_STAGE_PREFIX = "DOCUMENT_PROCESSING_STAGE_"
+
+
+def processing_history_json(job: Job, number: int) -> dict[str, Any]:
+    """``processingHistory``: the latest job (``BackgroundJobSummary``) and its latest attempt, whose status
+    message lists the stages it went through."""
+    latest: dict[str, Any] = {
+        "jobId": number,
+        "jobType": job.kind,
+        "status": _JOB_STATUS.get(job.state, "BACKGROUND_JOB_STATUS_UNSPECIFIED"),
+        "attempts": job.attempts,
+        "maxAttempts": job.max_attempts,
+        "runAt": job.not_before,
+        "updatedAt": job.updated_at,
+    }
+    running = job.state == "RUNNING"
+    if running:
+        latest["leaseUntil"] = job.lease_expires_at
+        latest["lockedBy"] = job.lease_owner
+    if job.last_error:
+        latest["lastError"] = job.last_error
+    # GoodMem omits the failure stage once a newer attempt runs or succeeded.
+    failure_stage = None
+    if job.failure_stage and job.state in ("FAILED", "PENDING"):
+        failure_stage = _STAGE_PREFIX + job.failure_stage
+        latest["failureStage"] = failure_stage
+    out: dict[str, Any] = {"latestJob": latest}
+    if job.attempts:
+        trail = " > ".join(str(s.get("stage")) for s in job.stages)
+        attempt: dict[str, Any] = {
+            "attemptId": job.attempts,
+            "jobId": number,
+            "startedAt": job.started_at,
+            "ok": None if running else job.state == "COMPLETED",
+            "progressCurrent": len(job.stages),
+            "progressUnit": "stages",
+            "statusMessage": trail or None,
+        }
+        if job.stages:
+            attempt["progressUpdatedAt"] = job.stages[-1].get("at")
+        if not running and job.finished_at:
+            attempt["finishedAt"] = job.finished_at
+        if job.lease_owner:
+            attempt["workerId"] = job.lease_owner
+        if job.state in ("FAILED", "PENDING") and job.last_error:
+            attempt["errorMessage"] = job.last_error
+            if failure_stage:
+                attempt["failureStage"] = failure_stage
+        out["attempts"] = [{k: v for k, v in attempt.items() if v is not None}]
+    return out
+
+
+def memory_json(record: MemoryRecord, include_content: bool, job: Job | None = None) -> dict[str, Any]:
     """The GoodMem Memory object with every field either client generation requires.
 
-    ``originalContent`` (base64) only when ``include_content``. Page images are not extracted, so
-    ``pageImageStatus`` is COMPLETED with a count of 0 (a terminal state no client waits on).
+    ``originalContent`` (base64) only when ``include_content``; ``processingHistory`` when ``job`` (the
+    memory's background job) is given. A memory without page images (text, DOCX, HTML) shows
+    ``pageImageStatus`` COMPLETED with a count of 0: a terminal state no client waits on.
     """
     out: dict[str, Any] = {
         "memoryId": record.memory_id,
         "spaceId": record.space_id,
         "contentType": record.content_type,
         "processingStatus": record.processing_status,
-        "pageImageStatus": "COMPLETED",
-        "pageImageCount": 0,
+        "pageImageStatus": record.page_image_status,
+        "pageImageCount": record.page_image_count,
         "createdAt": record.created_at,
         "updatedAt": record.updated_at,
         "createdById": record.created_by_id,
@@ -223,7 +285,25 @@ def memory_json(record: MemoryRecord, include_content: bool) -> dict[str, Any]:
     out["metadata"] = dict(record.metadata) if record.metadata is not None else {}
     if record.chunking_config is not None:
         out["chunkingConfig"] = record.chunking_config
+    if job is not None and record.job_number is not None:
+        out["processingHistory"] = processing_history_json(job, record.job_number)
     return out
+
+
+def page_image_json(source: Mapping[str, Any]) -> dict[str, Any]:
+    """``MemoryPageImage``: one stored rendition of one page."""
+    return {
+        "memoryId": source["memory_id"],
+        "pageIndex": int(source["page_index"]),
+        "dpi": int(source["dpi"]),
+        "contentType": source["content_type"],
+        "imageContentLength": source.get("image_content_length"),
+        "imageContentSha256": source.get("image_content_sha256"),
+        "createdAt": int(source.get("created_time") or 0),
+        "updatedAt": int(source.get("last_updated_time") or 0),
+        "createdById": source.get("created_by_id") or "",
+        "updatedById": source.get("updated_by_id") or "",
+    }
 
 
 def chunk_json(doc_id: str, source: Mapping[str, Any], *, actor_id: str | None = None) -> dict[str, Any]:

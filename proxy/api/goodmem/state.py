@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from proxy.app_keys import IDENTITY, PRINCIPAL, SERVICES
-from proxy.core.goodmem.context import GoodMem
+from proxy.app_keys import IDENTITY, JOBS, PRINCIPAL, SERVICES, SETTINGS
+from proxy.core.goodmem.context import DocumentSettings, GoodMem
+from proxy.core.goodmem.documents import register_documents
 from proxy.core.goodmem.retrieve import Retriever
 from proxy.core.identity import Principal
+from proxy.documents import Limits
 from proxy.errors import Unauthenticated
 
 __all__ = ["GOODMEM", "RETRIEVER", "goodmem", "goodmem_ctx", "principal", "retriever"]
@@ -28,7 +30,17 @@ RETRIEVER = web.AppKey("goodmem_retriever", Retriever)
 
 
 async def goodmem_ctx(app: web.Application) -> AsyncIterator[None]:
-    gm = GoodMem.create(app[SERVICES], app[IDENTITY])
+    settings = app[SETTINGS]
+    documents = DocumentSettings(
+        limits=Limits(
+            max_pages=settings.document_max_pages,
+            ocr_timeout_s=settings.ocr_timeout_s,
+            page_image_dpi=settings.page_image_dpi,
+        ),
+        sync_max_chars=settings.sync_max_chars,
+    )
+    gm = GoodMem.create(app[SERVICES], app[IDENTITY], jobs=app[JOBS].queue, documents=documents)
+    register_documents(app[JOBS], gm)  # documents and long texts are processed as durable jobs
     app[GOODMEM] = gm
     app[RETRIEVER] = Retriever(gm)
     yield

@@ -36,6 +36,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # parsing the same source with the same parser, answers as that 400 itself. (The fuzz suite found the
 # parse-time kinds one by one; naming the one execution kind instead covers them all.)
 EXECUTION_FAILURE = "search_phase_execution_exception"
+# The node's reason when ``from + size`` passes ``index.max_result_window``.
+RESULT_WINDOW = "Result window is too large"
 
 
 def services(request: web.Request) -> Services:
@@ -118,6 +120,17 @@ def json_response(body: Any) -> web.Response:
     )
 
 
+def _refused_argument(exc: OpenSearchError) -> bool:
+    """An execution failure that is the caller's own argument refused on every shard (``from + size`` over
+    the index's result window): a 400 the node wrote, not a failure of the search (the schemathesis run's
+    find: a 500 before)."""
+    causes = exc.body.get("root_cause") if isinstance(exc.body, dict) else None
+    return bool(causes) and all(
+        isinstance(c, dict) and str(c.get("reason", "")).startswith(RESULT_WINDOW) for c in causes
+    )
+
+
+
 @contextmanager
 def search_failures(prefix: str) -> Iterator[None]:
     """Node failures during a search: refusals of the source stay 400, execution failures (and anything
@@ -125,7 +138,7 @@ def search_failures(prefix: str) -> Iterator[None]:
     try:
         yield
     except OpenSearchError as exc:
-        if isinstance(exc, NodeBadRequest) and exc.os_type != EXECUTION_FAILURE:
+        if isinstance(exc, NodeBadRequest) and (exc.os_type != EXECUTION_FAILURE or _refused_argument(exc)):
             raise
         cause = exc.body if isinstance(exc.body, dict) else {"type": "exception", "reason": str(exc.body)}
         raise MemproxyError(

@@ -11,7 +11,11 @@ Processing is synchronous, and a write is atomic from the client's view (docs/se
 4. each record becomes ``COMPLETED`` only if it is still the version step 2 wrote (a clean-up that claimed
    it meanwhile wins), refreshed; then the answer is 2xx.
 
-So no chunk ever exists without its record, and a 2xx means record and chunks are stored. A write that fails
+So no chunk ever exists without its record, and a 2xx means record and chunks are stored.
+
+Documents (PDF, DOCX, HTML, images) and texts longer than ``sync_max_chars`` take the other path
+(``proxy.core.goodmem.documents``): the record is created ``PENDING`` with its job's id, the job is enqueued,
+and the answer is 201 at once; the job stores the chunks and completes the record. A write that fails
 after step 2 is settled at once (``proxy.core.goodmem.rollback``): rolled back, chunks first (by their ids),
 then the records that carry its write id (conditionally); or, when all of it turns out to be stored (only an
 answer was lost), completed and answered 2xx. When the node cannot be reached, settling is retried in the
@@ -32,6 +36,13 @@ from proxy.core.container_record import Container
 from proxy.core.goodmem.chunking import chunk_memory
 from proxy.core.goodmem.content import NewMemory
 from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.documents import (
+    DOCUMENT_JOB,
+    limits_json,
+    needs_job,
+    new_record_fields,
+    page_images_wanted,
+)
 from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.metadata import index_metadata
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
@@ -99,6 +110,8 @@ class _Prepared:
     chunks: list[LongTermMemory]
     # The record document, built before anything is written: indexing its metadata can refuse a value (400).
     source: dict[str, Any]
+    # Processed by a background job (a document, a long text): no chunks are made in the request.
+    by_job: bool = False
 
 
 async def _writable_space(gm: GoodMem, principal: Principal, space_id: str) -> Container:
@@ -133,21 +146,31 @@ async def _prepare(
         raise BadRequest("The space has no embedder, so it cannot hold memories")
     chunking = req.chunking or space_chunking(container)
     memory_id = req.memory_id or new_id()
-    chunks = [
-        LongTermMemory(
-            memory=c.text,
-            memory_id=memory_id,
-            chunk_sequence=c.sequence,
-            start_offset=c.start,
-            end_offset=c.end,
-            metadata=req.metadata,
-            id=new_id(),
-            owner_id=principal.user_id,
-            created_time=now,
-            last_updated_time=now,
-        )
-        for c in await chunk_memory(req.text, chunking, max_chunks=gm.store.settings.max_chunks_per_memory)
-    ]
+    by_job = needs_job(req.text, gm.documents.sync_max_chars)
+    if by_job and req.text is None and gm.jobs is None:
+        raise Unavailable("Documents are processed by background jobs, which this process does not run")
+    by_job = by_job and gm.jobs is not None
+    chunks = (
+        []
+        if by_job
+        else [
+            LongTermMemory(
+                memory=c.text,
+                memory_id=memory_id,
+                chunk_sequence=c.sequence,
+                start_offset=c.start,
+                end_offset=c.end,
+                metadata=req.metadata,
+                id=new_id(),
+                owner_id=principal.user_id,
+                created_time=now,
+                last_updated_time=now,
+            )
+            for c in await chunk_memory(
+                req.text or "", chunking, max_chunks=gm.store.settings.max_chunks_per_memory
+            )
+        ]
+    )
     record = MemoryRecord.for_content(
         memory_id=memory_id,
         space_id=container.id,
@@ -160,7 +183,15 @@ async def _prepare(
         content_ref=req.content_ref,
         chunk_count=len(chunks),
     )
-    return _Prepared(index, req, container, record, chunks, record.to_source(index_metadata(record.metadata)))
+    if by_job:
+        job_fields = new_record_fields(
+            memory_id, page_images_wanted(req.content_type, req.content, req.extract_page_images)
+        )
+        record.processing_status = job_fields["processing_status"]
+        record.page_image_status = job_fields["page_image_status"]
+        record.job_id, record.job_number = job_fields["job_id"], job_fields["job_number"]
+    source = record.to_source(index_metadata(record.metadata))
+    return _Prepared(index, req, container, record, chunks, source, by_job=by_job)
 
 
 # --- create ----------------------------------------------------------------------------------------------
@@ -205,10 +236,47 @@ async def batch_create_memories(
 
 
 async def _store(gm: GoodMem, prepared: list[_Prepared], results: list[ItemResult]) -> None:
-    """Refuse taken ids, then write each space's group (module docstring, steps 2-4)."""
-    for group in _by_space(await _free_ids(gm, prepared, results)):
+    """Refuse taken ids, then write each space's group (module docstring, steps 2-4), and hand the
+    memories processed by jobs to their jobs."""
+    free = await _free_ids(gm, prepared, results)
+    for group in _by_space(p for p in free if not p.by_job):
         await _write_group(gm, group, results)
+    await _enqueue(gm, [p for p in free if p.by_job], results)
     maybe_sweep(gm)
+
+
+async def _enqueue(gm: GoodMem, prepared: list[_Prepared], results: list[ItemResult]) -> None:
+    """The PENDING records (refreshed, so lists show them), then one job each. A record whose job could not
+    be enqueued is removed again: nothing is left that no job will ever process."""
+    if not prepared:
+        return
+    assert gm.jobs is not None
+    try:
+        created = await gm.docs.create_many(MEMORIES, [(p.record.memory_id, p.source) for p in prepared])
+    except Exception as exc:
+        _fail(prepared, results, exc)
+        return
+    for p, item in zip(prepared, created, strict=True):
+        mid = p.record.memory_id
+        if int(item.get("status", 500)) >= 300:
+            results[p.index] = ItemResult(
+                error=_item_error(item, "Failed to store the memory"), memory_id=mid
+            )
+            continue
+        try:
+            await gm.jobs.enqueue(
+                DOCUMENT_JOB,
+                # The limits of the process that accepted the document bind its job, wherever it runs.
+                {"memory_id": mid, "space_id": p.container.id, "limits": limits_json(gm.documents.limits)},
+                subject=mid,
+                owner_id=p.record.created_by_id,
+                job_id=p.record.job_id,
+            )
+        except Exception as exc:
+            await gm.docs.delete(MEMORIES, mid)
+            results[p.index] = ItemResult(error=_as_error(exc), memory_id=mid)
+            continue
+        results[p.index] = ItemResult(record=p.record)
 
 
 async def _free_ids(gm: GoodMem, prepared: list[_Prepared], results: list[ItemResult]) -> list[_Prepared]:
@@ -224,6 +292,9 @@ async def _free_ids(gm: GoodMem, prepared: list[_Prepared], results: list[ItemRe
     keep: list[_Prepared] = []
     for p in prepared:
         mid = p.record.memory_id
+        if records.get(mid, {}).get("job_id"):  # a job's record, whatever its state: taken
+            results[p.index] = ItemResult(error=Conflict(_DUPLICATE), memory_id=mid)
+            continue
         if records.get(mid, {}).get("processing_status") in (PROCESSING, FAILED):
             results[p.index] = ItemResult(error=Unavailable(_UNSETTLED), memory_id=mid)
             continue
@@ -399,6 +470,7 @@ async def delete_records(gm: GoodMem, container: Container, records: Sequence[Me
         if foreign:
             await delete_long_term(gm.svc, container, ids=foreign)
     if own:
+        await gm.docs.delete_pages_of(own)
         await gm.docs.delete_by_query(MEMORIES, Terms("memory_id", tuple(own)))
     return len(records)
 

@@ -35,6 +35,13 @@ class MemoryRecord:
     metadata: dict[str, Any] | None = None
     chunking_config: dict[str, Any] | None = None
     chunk_count: int = 0
+    # Page images (PDFs and images processed by a document job): their state and how many are stored.
+    page_image_status: str = "COMPLETED"
+    page_image_count: int = 0
+    # The background job that processes the memory (documents, long texts; proxy.core.goodmem.documents):
+    # its id in memproxy-jobs, and the integer GoodMem clients are shown as ``jobId``.
+    job_id: str | None = None
+    job_number: int | None = None
     # True for a long-term memory written through the OpenSearch API (no record of its own).
     from_long_term: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -79,8 +86,10 @@ class MemoryRecord:
             "space_id": self.space_id,
             "content_type": self.content_type,
             "processing_status": self.processing_status,
-            "page_image_status": "COMPLETED",
-            "page_image_count": 0,
+            "page_image_status": self.page_image_status,
+            "page_image_count": self.page_image_count,
+            "job_id": self.job_id,
+            "job_number": self.job_number,
             "original_content_b64": self.content_b64,
             "original_content_length": self.content_length,
             "original_content_sha256": self.content_sha256,
@@ -115,6 +124,10 @@ class MemoryRecord:
             metadata=source.get("metadata"),
             chunking_config=source.get("chunking_config"),
             chunk_count=int(source.get("chunk_count") or 0),
+            page_image_status=str(source.get("page_image_status") or "COMPLETED"),
+            page_image_count=int(source.get("page_image_count") or 0),
+            job_id=source.get("job_id"),
+            job_number=source.get("job_number"),
         )
 
 

@@ -27,7 +27,7 @@ from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import now_ms
 from proxy.core.longterm import delete_long_term
 from proxy.store.goodmem import MEMORIES
-from proxy.store.query import Range, Terms, all_of
+from proxy.store.query import Exists, Not, Range, Terms, all_of
 from proxy.store.versioned import Versioned, delete_many, mget_versioned, search_versioned, update_many
 
 __all__ = [
@@ -155,8 +155,13 @@ async def sweep_abandoned_writes(gm: GoodMem, *, older_than_ms: int = ABANDONED_
     """Roll back writes whose records stayed PROCESSING longer than ``older_than_ms`` (and finish those a
     sweep claimed, FAILED, but did not remove): claim, delete the chunks, delete the record. How many."""
     cutoff = now_ms() - older_than_ms
+    # A record with a job is its job's to finish or fail (proxy.core.goodmem.documents), however long.
     unfinished = all_of(
-        [Terms("processing_status", (PROCESSING, FAILED)), Range("last_updated_time", lt=cutoff)]
+        [
+            Terms("processing_status", (PROCESSING, FAILED)),
+            Range("last_updated_time", lt=cutoff),
+            Not(Exists("job_id")),
+        ]
     )
     stale = await search_versioned(
         gm.store,

@@ -1,0 +1,235 @@
+"""The console's pages: sign-in, containers, one container, the search playground, models and jobs.
+
+Every page but the login form runs after :func:`proxy.api.console.access.console_middleware` has found a
+signed-in administrator; every read goes through the core, as the APIs' own routes do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from proxy.api.console.access import COOKIE, LOGIN_PATH, credentials_from_form, session_cookie
+from proxy.api.console.playground import MODES, Outcome, Playground, PlaygroundQuery, parse_query
+from proxy.api.console.render import render
+from proxy.api.console.views import (
+    ContainerRow,
+    MemoryView,
+    local_embedder_rows,
+    registered_model_rows,
+    startup_model_rows,
+)
+from proxy.api.identity import CONSOLE_PREFIX, identify
+from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, PRINCIPAL, SERVICES, SETTINGS
+from proxy.core.container_record import MEMORY_TYPES, Container
+from proxy.core.containers import get_container
+from proxy.core.inspection import find_containers, index_details, memory_counts, sample_memories
+from proxy.core.tasks import gather
+from proxy.errors import BadRequest, Forbidden, MemproxyError, Unauthenticated
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+PAGE_SIZE = 50
+# How many containers the playground's menu lists (newest first).
+CHOICES = 500
+SAMPLE_SIZE = 10
+# The kinds of model the registry holds besides the local ones (connectors, groups and tasks are
+# ml-commons' bookkeeping, not models).
+MODEL_KINDS = ("embedder", "remote", "reranker", "llm")
+
+
+def see_other(path: str) -> web.Response:
+    return web.Response(status=303, headers={"Location": path})
+
+
+@routes.get("")
+@routes.get("/")
+async def index(request: web.Request) -> web.Response:
+    return see_other(CONSOLE_PREFIX + "/containers")
+
+
+# --- sign-in ------------------------------------------------------------------------------------------
+
+
+async def _login_page(request: web.Request, error: str | None = None, status: int = 200) -> web.Response:
+    cluster_login = await request.config_dict[IDENTITY].cluster_security()
+    return render(request, "login.html", {"error": error, "cluster_login": cluster_login}, status=status)
+
+
+@routes.get("/login")
+async def login_form(request: web.Request) -> web.Response:
+    return await _login_page(request)
+
+
+@routes.post("/login")
+async def login(request: web.Request) -> web.Response:
+    form = await request.post()
+    try:
+        creds = credentials_from_form(form)
+        principal = await identify(request, creds)
+    except (BadRequest, Unauthenticated) as exc:
+        return await _login_page(request, exc.message, status=exc.status)
+    if not principal.is_admin:
+        # Not signed in: the cookie is only ever given to an administrator.
+        raise Forbidden("The console is for administrators: this credential is not one.")
+    response = see_other(CONSOLE_PREFIX + "/containers")
+    response.set_cookie(
+        COOKIE,
+        session_cookie(creds),
+        path=CONSOLE_PREFIX,
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
+    return response
+
+
+@routes.post("/logout")
+async def logout(request: web.Request) -> web.Response:
+    response = see_other(LOGIN_PATH)
+    response.del_cookie(COOKIE, path=CONSOLE_PREFIX)
+    return response
+
+
+# --- containers -----------------------------------------------------------------------------------------
+
+
+async def _row(request: web.Request, container: Container) -> ContainerRow:
+    return ContainerRow.of(container, await memory_counts(request.config_dict[SERVICES], container))
+
+
+@routes.get("/containers")
+async def containers(request: web.Request) -> web.Response:
+    try:
+        start = max(0, int(request.query.get("from", "0")))
+    except ValueError:
+        raise BadRequest("from must be an integer") from None
+    text = request.query.get("q", "").strip()
+    page = await find_containers(request.config_dict[SERVICES], text, size=PAGE_SIZE, from_=start)
+    rows = await gather([_row(request, c) for c in page.containers]) if page.containers else []
+    return render(
+        request,
+        "containers.html",
+        {
+            "q": text,
+            "rows": rows,
+            "total": page.total,
+            "start": start,
+            "page_size": PAGE_SIZE,
+            "memory_types": MEMORY_TYPES,
+        },
+    )
+
+
+@routes.get("/containers/{container_id}")
+async def container_page(request: web.Request) -> web.Response:
+    svc = request.config_dict[SERVICES]
+    container = await get_container(svc, request.match_info["container_id"])
+    enabled = [t for t in MEMORY_TYPES if container.index_name(t) is not None]
+    memory_type = request.query.get("type") or ("long-term" if "long-term" in enabled else enabled[0])
+    if memory_type not in MEMORY_TYPES:
+        raise BadRequest(f"Unknown memory type: {memory_type}")
+    row, details, samples = await asyncio.gather(
+        _row(request, container),
+        index_details(svc, container),
+        sample_memories(svc, container, memory_type, SAMPLE_SIZE),
+    )
+    return render(
+        request,
+        "container.html",
+        {
+            "row": row,
+            "details": details,
+            "memory_type": memory_type,
+            "enabled_types": enabled,
+            "samples": [MemoryView.of(doc) for doc in samples],
+        },
+    )
+
+
+# --- the playground -------------------------------------------------------------------------------------
+
+
+async def _choices(request: web.Request, selected: str) -> list[Container]:
+    """The containers the playground offers, newest first, the selected one always among them."""
+    svc = request.config_dict[SERVICES]
+    containers = (await find_containers(svc, size=CHOICES)).containers
+    if selected and selected not in {c.id for c in containers}:
+        containers = (await find_containers(svc, selected, size=1)).containers + containers
+    return containers
+
+
+async def _search_page(
+    request: web.Request,
+    query: PlaygroundQuery,
+    outcome: Outcome | None,
+    *,
+    form_error: str | None = None,
+    status: int = 200,
+) -> web.Response:
+    return render(
+        request,
+        "search.html",
+        {
+            "containers": await _choices(request, query.container_id),
+            "query": query,
+            "modes": MODES,
+            "outcome": outcome,
+            "form_error": form_error,
+        },
+        status=status,
+    )
+
+
+@routes.get("/search")
+async def search_form(request: web.Request) -> web.Response:
+    query = PlaygroundQuery(container_id=request.query.get("container", ""))
+    return await _search_page(request, query, None)
+
+
+@routes.post("/search")
+async def search(request: web.Request) -> web.Response:
+    form = await request.post()
+    try:
+        query = parse_query(form)
+    except BadRequest as exc:
+        typed = PlaygroundQuery(
+            container_id=str(form.get("container") or ""), form={k: str(v) for k, v in form.items()}
+        )
+        return await _search_page(request, typed, None, form_error=exc.message, status=exc.status)
+    svc = request.config_dict[SERVICES]
+    container = await get_container(svc, query.container_id)
+    playground = Playground(svc, request.config_dict[IDENTITY], request.config_dict[SETTINGS])
+    outcome = await playground.run(request[PRINCIPAL], container, query)
+    return await _search_page(request, query, outcome)
+
+
+# --- models and jobs ------------------------------------------------------------------------------------
+
+
+@routes.get("/models")
+async def models(request: web.Request) -> web.Response:
+    registry = request.config_dict[SERVICES].models
+    registered = await registry.find(list(MODEL_KINDS))  # type: ignore[arg-type]
+    return render(
+        request,
+        "models.html",
+        {
+            "local": local_embedder_rows(request.config_dict[EMBEDDERS].infos()),
+            "startup": startup_model_rows(registry.startup, sorted(registry.rerankers)),
+            "registered": registered_model_rows(registered),
+        },
+    )
+
+
+@routes.get("/jobs")
+async def jobs(request: web.Request) -> web.Response:
+    try:
+        health = await request.config_dict[JOBS].health()
+        error = None
+    except MemproxyError as exc:  # no job index reachable: the page says so instead of failing whole
+        health, error = {}, exc.message
+    return render(request, "jobs.html", {"health": health, "error": error})

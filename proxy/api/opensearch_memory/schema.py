@@ -1,0 +1,333 @@
+"""The ml-commons agentic-memory API's OpenAPI description (proxy.api.openapi): request bodies and answers
+of the memory-container routes as pydantic models, and the table of their operations.
+
+The handlers read bodies leniently, as ml-commons' parsers do (:mod:`.lenient`: a number may come as a
+string, unknown keys are dropped); these models describe the documented shapes. Answers that relay the
+node's own (write results, search responses) name the fields memproxy relies on and allow the rest.
+tests/test_openapi.py checks the answers against these models with schemathesis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from proxy.api.openapi import Api, OpenSearchError, Operation
+from proxy.core.search import MAX_K
+
+__all__ = ["MEMORY_API"]
+
+PREFIX = "/_plugins/_ml/memory_containers"
+_C = PREFIX + "/{memory_container_id}"
+_LT = _C + "/memories/long-term"
+
+MemoryType = Literal["sessions", "working", "long-term", "history"]
+StringMap = dict[str, str]
+
+
+class _In(BaseModel):
+    """A request body. The handlers drop keys they do not know; the document names only the ones they read
+    (``additionalProperties: false``), which is what a client should send."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# --- containers ------------------------------------------------------------------------------------------
+
+
+class Strategy(_In):
+    type: Literal["SEMANTIC", "USER_PREFERENCE", "SUMMARY"] | None = None
+    id: str | None = None
+    enabled: bool | None = None
+    namespace: list[str] | None = None
+    configuration: dict[str, Any] | None = None
+
+
+class Configuration(_In):
+    embedding_model_type: Literal["TEXT_EMBEDDING", "SPARSE_ENCODING"] | None = None
+    embedding_model_id: str | None = None
+    embedding_dimension: int | None = None
+    llm_id: str | None = None
+    index_prefix: str | None = None
+    tenant_id: str | None = None
+    max_infer_size: int | None = None
+    disable_history: bool | None = None
+    disable_session: bool | None = None
+    use_system_index: bool | None = None
+    strategies: list[Strategy] | None = None
+    index_settings: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = None
+    retention_policy: Any = None
+
+
+class NewContainer(_In):
+    name: str
+    description: str | None = None
+    configuration: Configuration | None = None
+    backend_roles: list[str] | None = None
+
+
+class ContainerUpdate(_In):
+    name: str | None = None
+    description: str | None = None
+    configuration: Configuration | None = None
+    backend_roles: list[str] | None = None
+
+
+class ContainerDelete(_In):
+    delete_all_memories: bool | None = None
+    delete_memories: list[MemoryType] | None = None
+
+
+class ContainerDeleteQuery(_In):
+    delete_all_memories: bool | None = None
+    delete_memories: str | None = Field(None, description="memory types, comma separated")
+
+
+class Created(_Out):
+    memory_container_id: str
+    status: str
+
+
+class Container(_Out):
+    name: str | None = None
+    description: str | None = None
+    owner: dict[str, Any] | None = None
+    tenant_id: str | None = None
+    created_time: int | None = None
+    last_updated_time: int | None = None
+    configuration: dict[str, Any] | None = None
+    backend_roles: list[str] | None = None
+
+
+class WriteResult(_Out):
+    """The node's answer to an index, update or delete of one document."""
+
+    index: str = Field(alias="_index")
+    id: str = Field(alias="_id")
+    result: str
+
+
+class SearchHits(_Out):
+    hits: list[dict[str, Any]]
+    total: dict[str, Any] | None = None
+    max_score: float | None = None
+
+
+class SearchResponse(_Out):
+    """A search response, as the node writes it (hits without versions for the memory searches)."""
+
+    took: int
+    timed_out: bool
+    hits: SearchHits
+
+
+class SearchBody(_In):
+    """Query DSL for the container's own index (``query``, ``size``, ``sort``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    query: dict[str, Any] | None = None
+    size: int | None = None
+
+
+# --- memories --------------------------------------------------------------------------------------------
+
+
+class Message(_In):
+    role: str
+    content: list[dict[str, Any]]
+
+
+class NewMemory(_In):
+    messages: list[Message] | None = None
+    payload_type: Literal["conversational", "data", "CONVERSATIONAL", "DATA"] | None = None
+    structured_data: dict[str, Any] | None = None
+    structured_data_blob: dict[str, Any] | None = None
+    binary_data: str | None = None
+    message_id: int | None = None
+    checkpoint_id: str | None = None
+    namespace: StringMap | None = None
+    metadata: StringMap | None = None
+    tags: StringMap | None = None
+    infer: bool | None = None
+    parameters: dict[str, Any] | None = None
+    memory_container_id: str | None = Field(None, description="overrides the path's, as in ml-commons")
+    wait_for_inference: bool | None = Field(None, description="memproxy: answer after the extraction ran")
+
+
+class AddedMemory(_Out):
+    working_memory_id: str
+    session_id: str | None = None
+    inference: dict[str, Any] | None = None
+
+
+class WaitQuery(_In):
+    wait_for_inference: bool | None = None
+
+
+class NewSession(_In):
+    session_id: str | None = None
+    summary: str | None = None
+    metadata: dict[str, Any] | None = None
+    agents: dict[str, Any] | None = None
+    additional_info: dict[str, Any] | None = None
+    namespace: StringMap | None = None
+
+
+class SessionCreated(_Out):
+    session_id: str
+    status: str
+
+
+class StoredMemory(_Out):
+    """A stored memory as ml-commons' GET renders its type: the type's own keys, nulls and empties left out."""
+
+
+class MemoryUpdate(_In):
+    """The fields the memory's type lets an update change (long-term: ``memory``, ``tags``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    memory: str | None = None
+    tags: StringMap | None = None
+    namespace: StringMap | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class DeleteByQuery(_In):
+    query: dict[str, Any]
+
+
+class DeleteByQueryResult(_Out):
+    deleted: int
+    updated: int
+    created: int
+
+
+class Search(_In):
+    query: str = Field(min_length=1)
+    k: int | None = Field(None, ge=1, le=MAX_K)
+    namespace: StringMap | None = None
+    tags: StringMap | None = None
+    filter: dict[str, Any] | None = Field(None, description="Query DSL")
+    min_score: float | None = None
+    ef_search: int | None = Field(None, ge=1, description="memproxy: the HNSW candidate list")
+
+
+class HybridSearch(Search):
+    bm25_weight: float | None = Field(None, ge=0, le=1)
+    neural_weight: float | None = Field(None, ge=0, le=1)
+
+
+class LongTermMemory(_In):
+    memory: str = Field(min_length=1)
+    strategy_type: Literal["SEMANTIC", "USER_PREFERENCE", "SUMMARY"] | None = None
+    strategy_id: str | None = None
+    namespace: StringMap | None = None
+    tags: StringMap | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class LongTermBulk(_In):
+    memories: list[LongTermMemory] = Field(min_length=1, max_length=10_000)
+
+
+class LongTermAdded(_Out):
+    long_term_memory_id: str
+    status: str
+
+
+class LongTermBulkAdded(_Out):
+    long_term_memory_ids: list[str]
+    status: str
+
+
+class Inference(_Out):
+    working_memory_id: str
+    job_id: str
+    state: str
+    attempts: int
+
+
+_TYPE = {"memory_type": {"type": "string", "enum": ["sessions", "working", "long-term", "history"]}}
+
+_OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("POST", PREFIX + "/_create"): Operation("Create a memory container", {200: Created}, body=NewContainer),
+    ("GET", PREFIX + "/_search"): Operation(
+        "Search the containers the caller may see", {200: SearchResponse}, body=SearchBody
+    ),
+    ("POST", PREFIX + "/_search"): Operation(
+        "Search the containers the caller may see", {200: SearchResponse}, body=SearchBody
+    ),
+    ("GET", _C): Operation("A memory container", {200: Container}),
+    ("PUT", _C): Operation("Update a memory container", {200: WriteResult}, body=ContainerUpdate),
+    ("DELETE", _C): Operation(
+        "Delete a memory container (and, if asked, its memories)",
+        {200: WriteResult},
+        body=ContainerDelete,
+        body_required=False,
+        query=ContainerDeleteQuery,
+    ),
+    ("POST", _C + "/memories"): Operation(
+        "Add a working memory (infer: extract long-term facts)",
+        {200: AddedMemory},
+        body=NewMemory,
+        query=WaitQuery,
+    ),
+    ("POST", _C + "/memories/sessions"): Operation(
+        "Create a session", {200: SessionCreated}, body=NewSession
+    ),
+    ("GET", _LT + "/_semantic_search"): Operation(
+        "Semantic search of long-term memories", {200: SearchResponse}, body=Search
+    ),
+    ("POST", _LT + "/_semantic_search"): Operation(
+        "Semantic search of long-term memories", {200: SearchResponse}, body=Search
+    ),
+    ("GET", _LT + "/_hybrid_search"): Operation(
+        "Hybrid (BM25 + vector) search of long-term memories", {200: SearchResponse}, body=HybridSearch
+    ),
+    ("POST", _LT + "/_hybrid_search"): Operation(
+        "Hybrid (BM25 + vector) search of long-term memories", {200: SearchResponse}, body=HybridSearch
+    ),
+    ("POST", _LT + "/_memproxy_add"): Operation(
+        "memproxy: write one long-term memory without an LLM", {200: LongTermAdded}, body=LongTermMemory
+    ),
+    ("POST", _LT + "/_memproxy_bulk"): Operation(
+        "memproxy: write long-term memories, all or nothing", {200: LongTermBulkAdded}, body=LongTermBulk
+    ),
+    ("GET", _C + "/memories/working/{working_memory_id}/_memproxy_inference"): Operation(
+        "memproxy: the extraction job of an infer add", {200: Inference}
+    ),
+    ("GET", _C + "/memories/{memory_type}/_search"): Operation(
+        "Search memories of one type", {200: SearchResponse}, body=SearchBody, path_params=_TYPE
+    ),
+    ("POST", _C + "/memories/{memory_type}/_search"): Operation(
+        "Search memories of one type", {200: SearchResponse}, body=SearchBody, path_params=_TYPE
+    ),
+    ("POST", _C + "/memories/{memory_type}/_delete_by_query"): Operation(
+        "Delete memories of one type by query",
+        {200: DeleteByQueryResult},
+        body=DeleteByQuery,
+        path_params=_TYPE,
+    ),
+    ("GET", _C + "/memories/{memory_type}/{memory_id}"): Operation(
+        "A memory", {200: StoredMemory}, path_params=_TYPE
+    ),
+    ("PUT", _C + "/memories/{memory_type}/{memory_id}"): Operation(
+        "Update a memory", {200: WriteResult}, body=MemoryUpdate, path_params=_TYPE
+    ),
+    ("DELETE", _C + "/memories/{memory_type}/{memory_id}"): Operation(
+        "Delete a memory", {200: WriteResult}, path_params=_TYPE
+    ),
+}
+
+MEMORY_API = Api(
+    tag="ml-commons agentic memory",
+    error=OpenSearchError,
+    error_statuses=(400, 401, 403, 404, 405, 409, 413, 429, 503),
+    operations=_OPERATIONS,
+)
