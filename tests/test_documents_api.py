@@ -366,3 +366,86 @@ def test_limits(tight: ProxyProcess, opensearch_url: str, space: Any) -> None:
         assert done["processingStatus"] == "COMPLETED" and done["pageImageCount"] == 0
         chunks = http.get(f"/v1/memories/{done['memoryId']}/content").content.decode()
         assert chunks == long_text
+
+
+def test_a_record_whose_job_was_never_enqueued_is_picked_up(
+    http: httpx.Client, space: Any, opensearch_url: str
+) -> None:
+    """A process that stops between creating a PENDING record and enqueueing its job leaves the record
+    without a job: the sweep enqueues it, and a worker processes it."""
+    import asyncio
+    from typing import cast
+
+    from proxy.config import Settings
+    from proxy.core.goodmem.context import GoodMem
+    from proxy.core.goodmem.documents import job_id_for, job_number, requeue_orphans
+    from proxy.core.goodmem.records import MemoryRecord
+    from proxy.core.jobs import JobQueue
+    from proxy.core.services import Services
+    from proxy.store.client import Store
+    from proxy.store.jobs import JobDocs
+
+    memory_id = str(uuid.uuid4())
+    pdf = files.text_pdf(["An orphaned upload about quince marmalade."])
+    long_ago = int(time.time() * 1000) - 3_600_000
+    record = MemoryRecord.for_content(
+        memory_id=memory_id,
+        space_id=space.space_id,
+        content_type="application/pdf",
+        content=pdf,
+        actor_id=str(uuid.uuid4()),
+        now=long_ago,
+        metadata=None,
+        chunking_config={"none": {}},
+        content_ref=None,
+        chunk_count=0,
+    )
+    record.processing_status, record.page_image_status = "PENDING", "PENDING"
+    record.job_id = job_id_for(memory_id)
+    record.job_number = job_number(record.job_id)
+    put = httpx.put(
+        f"{opensearch_url}/memproxy-goodmem-memories/_doc/{memory_id}",
+        params={"refresh": "true"},
+        json=record.to_source(),
+    )
+    assert put.status_code == 201, put.text
+
+    async def sweep() -> int:
+        store = Store(Settings(opensearch_url=opensearch_url))
+        try:
+            gm = GoodMem.create(
+                Services(store=store, embedders=cast(Any, None)), jobs=JobQueue(JobDocs(store))
+            )
+            return await requeue_orphans(gm)
+        finally:
+            await store.close()
+
+    assert asyncio.run(sweep()) >= 1
+    memory = wait_done(http, memory_id)
+    assert memory["processingStatus"] == "COMPLETED" and memory["pageImageCount"] == 1, memory
+    assert asyncio.run(sweep()) == 0  # nothing is enqueued twice
+
+
+def test_multipart_batch_mixes_documents_and_text(http: httpx.Client, space: Any) -> None:
+    import json
+
+    requests = [
+        {"spaceId": space.space_id, "fileField": "minutes"},
+        {"spaceId": space.space_id, "originalContent": "A plain note next to a document."},
+    ]
+    res = http.post(
+        "/v1/memories:batchCreate",
+        files={
+            "requests": (None, json.dumps(requests), "application/json"),
+            "minutes": (
+                "minutes.pdf",
+                files.text_pdf(["Board minutes: approve the kiosk pilot."]),
+                "application/pdf",
+            ),
+        },
+    )
+    assert res.status_code == 200, res.text
+    document, note = (r["memory"] for r in res.json()["results"])
+    assert document["contentType"] == "application/pdf" and document["processingStatus"] == "PENDING"
+    assert note["processingStatus"] == "COMPLETED"  # short text is processed within the request
+    assert wait_done(http, document["memoryId"])["processingStatus"] == "COMPLETED"

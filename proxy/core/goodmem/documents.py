@@ -37,11 +37,13 @@ from proxy.documents import DocumentError, DocumentKind, Extraction, Limits, ext
 from proxy.errors import MemproxyError, NotFound
 from proxy.store.client import NodeConflict, NodeNotFound
 from proxy.store.goodmem import MEMORIES
-from proxy.store.query import Term
-from proxy.store.versioned import Versioned, mget_versioned, update_many
+from proxy.store.query import Exists, Range, Term, all_of
+from proxy.store.versioned import Versioned, mget_versioned, search_versioned, update_many
 
 __all__ = [
     "DOCUMENT_JOB",
+    "ORPHANED_AFTER_MS",
+    "enqueue_document",
     "job_id_for",
     "job_number",
     "latest_jobs",
@@ -50,6 +52,7 @@ __all__ = [
     "new_record_fields",
     "page_images_wanted",
     "register_documents",
+    "requeue_orphans",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ _JOB_IDS = uuid.UUID("6a0e7f52-3c1d-4b8e-9f21-5d7c2e9a4b10")
 _CHUNK_IDS = uuid.UUID("0f3b9d6e-2a7c-4e51-8b90-1c4d5e6f7a83")
 
 PENDING, PROCESSING, COMPLETED, FAILED = "PENDING", "PROCESSING", "COMPLETED", "FAILED"
+# A PENDING record without a job this old was left by a process that stopped before enqueueing it.
+ORPHANED_AFTER_MS = 60_000
 # The stages a job reports (GoodMem's DOCUMENT_PROCESSING_STAGE_* without the prefix).
 LOADING = "LOADING_MEMORY"
 PREPARING = "PREPARING_DOCUMENT"
@@ -115,6 +120,50 @@ def _chunk_id(memory_id: str, sequence: int) -> str:
 
 def _page_id(memory_id: str, index: int, dpi: int, content_type: str) -> str:
     return f"{memory_id}:{index}:{dpi}:{content_type}"
+
+
+async def enqueue_document(gm: GoodMem, record: MemoryRecord) -> None:
+    """Enqueue the job of a record created PENDING (again: the job id is the record's, so a second enqueue
+    of a job that exists is a no-op)."""
+    assert gm.jobs is not None and record.job_id is not None
+    await gm.jobs.enqueue(
+        DOCUMENT_JOB,
+        # The limits of the process that accepted the document bind its job, wherever it runs.
+        {
+            "memory_id": record.memory_id,
+            "space_id": record.space_id,
+            "limits": limits_json(gm.documents.limits),
+        },
+        subject=record.memory_id,
+        owner_id=record.created_by_id,
+        job_id=record.job_id,
+    )
+
+
+async def requeue_orphans(gm: GoodMem, *, older_than_ms: int = ORPHANED_AFTER_MS) -> int:
+    """Enqueue the job of every PENDING record that has none: a process that stopped between creating the
+    record and enqueueing its job left it, and without this no worker would ever process it. How many."""
+    if gm.jobs is None:
+        return 0
+    stale = await search_versioned(
+        gm.store,
+        MEMORIES,
+        all_of(
+            [
+                Term("processing_status", PENDING),
+                Exists("job_id"),
+                Range("last_updated_time", lt=now_ms() - older_than_ms),
+            ]
+        ),
+        size=500,
+        source_excludes=("original_content_b64", "metadata_index"),
+    )
+    records = [MemoryRecord.from_source(v.source) for v in stale]
+    known = await gm.jobs.docs.mget([r.job_id for r in records if r.job_id])
+    orphans = [r for r in records if r.job_id and r.job_id not in known]
+    for record in orphans:
+        await enqueue_document(gm, record)
+    return len(orphans)
 
 
 async def latest_jobs(gm: GoodMem, records: Sequence[MemoryRecord]) -> dict[str, Job]:

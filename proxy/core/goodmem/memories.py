@@ -37,8 +37,7 @@ from proxy.core.goodmem.chunking import chunk_memory
 from proxy.core.goodmem.content import NewMemory
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.documents import (
-    DOCUMENT_JOB,
-    limits_json,
+    enqueue_document,
     needs_job,
     new_record_fields,
     page_images_wanted,
@@ -264,14 +263,7 @@ async def _enqueue(gm: GoodMem, prepared: list[_Prepared], results: list[ItemRes
             )
             continue
         try:
-            await gm.jobs.enqueue(
-                DOCUMENT_JOB,
-                # The limits of the process that accepted the document bind its job, wherever it runs.
-                {"memory_id": mid, "space_id": p.container.id, "limits": limits_json(gm.documents.limits)},
-                subject=mid,
-                owner_id=p.record.created_by_id,
-                job_id=p.record.job_id,
-            )
+            await enqueue_document(gm, p.record)
         except Exception as exc:
             await gm.docs.delete(MEMORIES, mid)
             results[p.index] = ItemResult(error=_as_error(exc), memory_id=mid)

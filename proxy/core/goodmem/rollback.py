@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from proxy.core.container_record import Container
 from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.documents import requeue_orphans
 from proxy.core.goodmem.ids import now_ms
 from proxy.core.longterm import delete_long_term
 from proxy.store.goodmem import MEMORIES
@@ -147,6 +148,9 @@ def maybe_sweep(gm: GoodMem) -> None:
         rolled = await sweep_abandoned_writes(gm)
         if rolled:
             log.info("rolled back %d abandoned memory writes", rolled)
+        requeued = await requeue_orphans(gm)
+        if requeued:
+            log.info("enqueued the jobs of %d memories whose process stopped before it could", requeued)
 
     gm.background.spawn(sweep(), "sweep abandoned memory writes")
 
