@@ -497,3 +497,71 @@ def test_every_search_carries_the_deadline() -> None:
     assert search_deadline(store) == {"timeout": "2500ms", "cancel_after_time_interval": "2500ms"}
     assert delete_by_query_deadline(store) == {"search_timeout": "2500ms"}
     assert search_deadline(cast(Any, SimpleNamespace(settings=Settings(search_timeout_s=0)))) == {}
+
+
+# --- large writes are pipelined --------------------------------------------------------------------------
+
+
+async def test_a_large_write_embeds_the_next_slice_while_the_node_indexes(
+    gm: GoodMem, node: FakeNode, embedders: FakeEmbedders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.core import longterm
+
+    monkeypatch.setattr(longterm, "PIPELINE_SLICE", 4)
+    events: list[str] = []
+    embed, request = embedders.embed, node.request
+
+    async def logged_embed(texts: list[str]) -> list[list[float]]:
+        events.append(f"embed {len(texts)}")
+        await asyncio.sleep(0)
+        return await embed(texts)
+
+    async def logged_request(method: str, path: str, *, body: Any = None, params: Any = None) -> Any:
+        chunks = isinstance(body, str) and CHUNKS in body
+        if chunks:
+            events.append(f"bulk start refresh={(params or {}).get('refresh')}")
+            await asyncio.sleep(0.01)  # the node indexing
+        answer = await request(method, path, body=body, params=params)
+        if chunks:
+            events.append("bulk end")
+        return answer
+
+    monkeypatch.setattr(embedders, "embed", logged_embed)
+    monkeypatch.setattr(node, "request", logged_request)
+    record = await create_memory(gm, OWNER, memory(" ".join(f"s{i}." for i in range(10))))
+    assert record.chunk_count == 10 and len(node.docs(CHUNKS)) == 10
+    # Three slices (4, 4, 2); each next slice is embedded while the node indexes the one before it, and
+    # only the last bulk refreshes.
+    assert events == [
+        "embed 4",
+        "bulk start refresh=false",
+        "embed 4",
+        "bulk end",
+        "bulk start refresh=false",
+        "embed 2",
+        "bulk end",
+        "bulk start refresh=true",
+        "bulk end",
+    ]
+    await settled(gm)
+
+
+async def test_a_pipelined_write_failing_late_leaves_nothing(
+    gm: GoodMem, node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.core import longterm
+
+    monkeypatch.setattr(longterm, "PIPELINE_SLICE", 4)
+    seen = {"bulks": 0}
+
+    def third_chunk_bulk(method: str, path: str, body: Any) -> bool:
+        if isinstance(body, str) and CHUNKS in body and '"create"' in body:
+            seen["bulks"] += 1
+            return seen["bulks"] == 3
+        return False
+
+    node.fail = third_chunk_bulk
+    with pytest.raises(Unavailable):
+        await create_memory(gm, OWNER, memory(" ".join(f"s{i}." for i in range(10))))
+    await settled(gm)
+    assert node.docs(CHUNKS) == {} and node.docs(MEMORIES) == {} and not orphans(node)

@@ -1,9 +1,12 @@
 """Long-term memories (= GoodMem chunks): the write model, one embedded ``_bulk`` write, deletes.
 
-One write embeds every text through each of the container's embedders in a single ``embed()`` call (so the
-batching queue sees them together), then sends one ``_bulk`` with ``refresh`` so the memories are
-searchable when the call returns. A write is all or nothing: if any bulk item fails, the items that were
-written are deleted again and the first failure is raised.
+A write embeds its texts through each of the container's embedders and sends them in ``_bulk`` requests.
+A small write is one ``embed()`` call and one ``_bulk``; a large one (more than :data:`PIPELINE_SLICE`
+memories) is cut into slices that are pipelined, the next slice embedded while the node indexes the last
+(embedding is the proxy's CPU, indexing the node's: overlapped, a write costs the slower of the two instead
+of their sum). Only the last ``_bulk`` carries ``refresh``, so the memories are searchable when the call
+returns. A write is all or nothing: if any bulk item fails, the items that were written are deleted again
+and the first failure is raised.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# Memories per slice of a pipelined write: a few of the embedder's batches (32 texts on CPU), and a
+# ``_bulk`` of a few megabytes at most.
+PIPELINE_SLICE = 64
 
 LONG_TERM_DISABLED = (
     "Long-term memory is disabled for this container: configure an embedding model (embedding_model_type, "
@@ -121,7 +128,8 @@ async def write_long_term(
     refresh: bool | str = True,
     overwrite: bool = False,
 ) -> list[str]:
-    """Embed and store ``memories`` in one ``_bulk``; their ids, in order. All or nothing.
+    """Embed and store ``memories`` (pipelined slices for a large write, see the module docstring); their
+    ids, in order. All or nothing.
 
     ``overwrite`` replaces documents whose given ids exist (``index`` instead of ``create``); a failed
     overwrite cannot restore the replaced version, so callers that need that should delete first.
@@ -135,33 +143,50 @@ async def write_long_term(
     now = now_ms()
     # Documents first: metadata that cannot be indexed is refused before any embedding work.
     documents = [_document(container, m, now) for m in memories]
-    vectors = await embed_texts(svc, container, [m.memory for m in memories])
     ids = [m.id or str(uuid.uuid4()) for m in memories]
     action = "index" if overwrite else "create"
-    ops: list[docs.BulkOp] = []
-    for i, doc in enumerate(documents):
-        doc.update({name: vecs[i] for name, vecs in vectors.items()})
-        ops.append((action, index, ids[i], doc))
-    result = await docs.bulk(svc.store, ops, refresh=refresh)
-    if result.get("errors"):
-        await _undo_partial_bulk(svc, index, result, refresh)
+    slices = [
+        range(i, min(i + PIPELINE_SLICE, len(memories))) for i in range(0, len(memories), PIPELINE_SLICE)
+    ]
+
+    def embed(part: range) -> asyncio.Task[dict[str, list[list[float]]]]:
+        return asyncio.ensure_future(embed_texts(svc, container, [memories[i].memory for i in part]))
+
+    written: list[str] = []
+    upcoming = embed(slices[0])
+    try:
+        for n, part in enumerate(slices):
+            vectors = await upcoming
+            if n + 1 < len(slices):
+                upcoming = embed(slices[n + 1])  # embedded while the node indexes this slice
+            ops: list[docs.BulkOp] = []
+            for j, i in enumerate(part):
+                documents[i].update({name: vecs[j] for name, vecs in vectors.items()})
+                ops.append((action, index, ids[i], documents[i]))
+            last = n + 1 == len(slices)
+            result = await docs.bulk(svc.store, ops, refresh=refresh if last else False)
+            items = [next(iter(item.values())) for item in result.get("items", [])]
+            written += [str(item["_id"]) for item in items if item.get("status", 500) < 300]
+            if result.get("errors"):
+                failed = next(item for item in items if item.get("status", 500) >= 300)
+                raise node_error(int(failed.get("status", 500)), failed.get("error") or {"type": "exception"})
+    except BaseException:
+        upcoming.cancel()
+        if upcoming.done() and not upcoming.cancelled():
+            upcoming.exception()  # the next slice's own failure, if any: the first one is raised
+        if written:
+            await _undo(svc, index, written, refresh)
+        raise
     return ids
 
 
-async def _undo_partial_bulk(
-    svc: Services, index: str, result: Mapping[str, Any], refresh: bool | str
-) -> None:
-    items = [next(iter(item.values())) for item in result.get("items", [])]
-    written = [str(item["_id"]) for item in items if item.get("status", 500) < 300]
-    failed = next(item for item in items if item.get("status", 500) >= 300)
-    if written:
-        try:
-            await docs.bulk(
-                svc.store, [("delete", index, doc_id, None) for doc_id in written], refresh=refresh
-            )
-        except Exception:  # the original failure is what the caller must see
-            log.exception("could not undo %d long-term memories written before a bulk failure", len(written))
-    raise node_error(int(failed.get("status", 500)), failed.get("error") or {"type": "exception"})
+async def _undo(svc: Services, index: str, written: Sequence[str], refresh: bool | str) -> None:
+    try:
+        await asyncio.shield(
+            docs.bulk(svc.store, [("delete", index, doc_id, None) for doc_id in written], refresh=refresh)
+        )
+    except Exception:  # the original failure is what the caller must see
+        log.exception("could not undo %d long-term memories written before a bulk failure", len(written))
 
 
 async def delete_long_term(
