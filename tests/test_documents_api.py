@@ -247,16 +247,14 @@ def test_broken_documents_fail_with_their_reason(gm: Goodmem, http: httpx.Client
         gm.memories.delete(id=m.memory_id)
 
 
+def create_b64(http: httpx.Client, space_id: str, data: bytes, mime: str) -> httpx.Response:
+    body = {"spaceId": space_id, "originalContentB64": base64.b64encode(data).decode(), "contentType": mime}
+    return http.post("/v1/memories", json=body)
+
+
 def test_refused_at_the_door(http: httpx.Client, space: Any) -> None:
     def create(data: bytes, mime: str) -> httpx.Response:
-        return http.post(
-            "/v1/memories",
-            json={
-                "spaceId": space.space_id,
-                "originalContentB64": base64.b64encode(data).decode(),
-                "contentType": mime,
-            },
-        )
+        return create_b64(http, space.space_id, data, mime)
 
     unsupported = create(b"MZ\x90\x00binary", "application/x-msdownload")
     assert unsupported.status_code == 400 and "application/pdf" in unsupported.json()["error"]
@@ -332,14 +330,7 @@ def test_limits(tight: ProxyProcess, opensearch_url: str, space: Any) -> None:
     with httpx.Client(base_url=tight.url, headers={"x-api-key": key}, timeout=120) as http:
 
         def create(data: bytes, mime: str) -> httpx.Response:
-            return http.post(
-                "/v1/memories",
-                json={
-                    "spaceId": space.space_id,
-                    "originalContentB64": base64.b64encode(data).decode(),
-                    "contentType": mime,
-                },
-            )
+            return create_b64(http, space.space_id, data, mime)
 
         big = create(b"%PDF-1.4\n" + b"0" * 30_000, "application/pdf")
         assert big.status_code == 413 and "document_max_bytes" in big.json()["error"]
