@@ -21,6 +21,7 @@ from proxy.api.guards import input_guard_middleware
 from proxy.api.identity import identity_middleware, log_auth_mode
 from proxy.api.metrics import metrics_ctx, metrics_middleware
 from proxy.api.metrics import routes as metrics_routes
+from proxy.api.openai.schema import OPENAI_API
 from proxy.api.opensearch_memory.schema import MEMORY_API
 from proxy.api.passthrough import passthrough
 from proxy.api.request_ids import echo_request_id, request_id_middleware
@@ -44,7 +45,7 @@ from proxy.store.models import ModelDocs
 __all__ = ["OPENAPI_APIS", "make_app"]
 
 # The APIs /_memproxy/openapi.json describes, each from its slice's declared wire models.
-OPENAPI_APIS = (openapi.MEMPROXY_API, MEMORY_API, GOODMEM_API)
+OPENAPI_APIS = (openapi.MEMPROXY_API, MEMORY_API, GOODMEM_API, OPENAI_API)
 
 log = logging.getLogger(__name__)
 

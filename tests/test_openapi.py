@@ -15,7 +15,7 @@ import collections
 import copy
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -31,8 +31,8 @@ from proxy.app import OPENAPI_APIS, make_app
 from proxy.config import Settings
 
 # Served routes without a declared schema: the ml-commons model APIs (their request and answer shapes are
-# ml-commons' own, still to be modelled), the OpenAI embeddings routes, /metrics (Prometheus text), and the
-# routes other slices are adding now (documents, admin export / import), each to be declared by its slice.
+# ml-commons' own, still to be modelled), /metrics (Prometheus text), and the routes other slices are adding
+# now (documents, admin export / import), each to be declared by its slice.
 KNOWN_UNDECLARED = {
     "GET /metrics",
     "POST /_plugins/_ml/connectors/_create",
@@ -55,30 +55,30 @@ KNOWN_UNDECLARED = {
     "POST /_plugins/_ml/models/{model_id}/_predict",
     "POST /_plugins/_ml/_predict/{algorithm}/{model_id}",
     "GET /_plugins/_ml/tasks/{task_id}",
-    "POST /openai/v1/embeddings",
-    "GET /openai/v1/models",
-    "GET /openai/v1/models/{model}",
     "POST /v1/ocr:document",
     "GET /v1/memories/{id}/pages/{pageIndex}/image",
     "GET /_memproxy/containers/{memory_container_id}/_export",
     "POST /_memproxy/containers/{memory_container_id}/_import",
 }
 
-# Left out of the pass that names existing objects, because there they would name the run's own
-# credential: changing or deleting the run's API key or its user (root) would fail every request after it.
-# The generated pass sends them with ids that name nobody. (System init stays in: the fixture initialised
-# the instance, so it answers "already initialized".)
+# Left out of the pass that names existing objects, because there they would name what is not the run's
+# own: the run's API key and its user (root), whose change or deletion would fail every request after it,
+# and the start-up embedder, which every test on the node shares (an update of a built-in model is kept in
+# the cluster). The generated pass sends them too, with ids that name only what the run itself created.
+# (System init stays in: the fixture initialised the instance, so it answers "already initialized".)
 NOT_WITH_KNOWN_IDS = {
     ("DELETE", "/v1/apikeys/{id}"),
     ("PUT", "/v1/apikeys/{id}"),
     ("DELETE", "/v1/users/{id}"),
     ("PUT", "/v1/users/{id}"),
+    ("DELETE", "/v1/embedders/{id}"),
+    ("PUT", "/v1/embedders/{id}"),
 }
 
-# Examples per operation and pass (a generated pass, and one that names objects that exist): about 4,600
+# Examples per operation and pass (a generated pass, and one that names objects that exist): about 4,900
 # requests, a minute here (three at most with the machine's two shared cores busy).
 MAX_EXAMPLES = 40
-GENERATED_REQUESTS = 4603
+GENERATED_REQUESTS = 4884
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
 
 
@@ -91,7 +91,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
     assert document["openapi"] == "3.1.0"
     schema = schemathesis.openapi.from_dict(copy.deepcopy(document))
     schema.validate()  # schemathesis' OpenAPI 3.1 meta-schema
-    operations = [op.ok() for op in schema.get_all_operations()]
+    operations = [cast(Any, op).ok() for op in schema.get_all_operations()]
     assert len(operations) >= 70
     # The check can fail: a response that is not a Response Object is refused.
     broken = copy.deepcopy(document)
@@ -122,6 +122,30 @@ def test_the_routes_without_a_declared_schema_are_the_known_ones() -> None:
     assert not [r for r in undeclared if "/memory_containers" in r]
 
 
+def test_answers_and_errors_name_their_models_in_each_api_shape() -> None:
+    document = _document()
+    paths, schemas = document["paths"], document["components"]["schemas"]
+
+    def ref(operation: dict[str, Any], status: str) -> str:
+        return str(operation["responses"][status]["content"]["application/json"]["schema"]["$ref"])
+
+    space = paths["/v1/spaces/{id}"]["get"]
+    assert ref(space, "200").endswith("/Space") and ref(space, "404").endswith("/GoodMemError")
+    assert {"spaceId", "name", "spaceEmbedders"} <= set(schemas["Space"]["required"])
+    container = paths["/_plugins/_ml/memory_containers/{memory_container_id}"]["get"]
+    assert ref(container, "404").endswith("/OpenSearchError")
+    embeddings = paths["/openai/v1/embeddings"]["post"]
+    assert ref(embeddings, "400").endswith("/OpenAIError")
+    # Request bodies are read in validation mode, and name only the fields their handler reads.
+    body = embeddings["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert schemas[body]["additionalProperties"] is False
+    # The public routes need no credential; the others any of the three schemes.
+    assert paths["/v1/system/info"]["get"]["security"] == []
+    assert "security" not in space and {"apiKey", "bearer", "basic"} == {
+        next(iter(s)) for s in document["security"]
+    }
+
+
 def test_the_alternatives_of_a_path_parameter_are_paths_of_their_own() -> None:
     paths = _document()["paths"]
     assert {"/v1/rerankers", "/v1/llms", "/v1/rerankers/{id}", "/v1/llms/{id}"} <= set(paths)
@@ -142,7 +166,7 @@ def test_the_document_is_served_without_a_key(proxy_url: str) -> None:
 
 
 def test_a_memory_search_past_the_result_window_is_400(
-    proxy_url: str, admin_headers: dict[str, str], known_ids: dict[str, str], run_cleanup: None
+    proxy_url: str, admin_headers: dict[str, str], known_ids: dict[str, str]
 ) -> None:
     """The run's find: ``size`` over the index's result window failed on every shard and was answered as
     an execution failure (500); it is the caller's argument, refused by the node with a 400."""
@@ -205,11 +229,14 @@ def run_cleanup(proxy_url: str, admin_headers: dict[str, str]) -> Iterator[None]
 
 
 @pytest.fixture
-def known_ids(proxy_url: str, admin_headers: dict[str, str]) -> dict[str, str]:
+def known_ids(proxy_url: str, admin_headers: dict[str, str], run_cleanup: None) -> dict[str, str]:
     """Objects that exist, so that part of the run reaches past "not found": a space (= a container) with a
-    memory in it and a long-term memory, the root user, the run's own key, a start-up embedder."""
+    memory in it and a long-term memory, the root user, the run's own key, a start-up embedder (and its
+    OpenAI model name)."""
     h = admin_headers
-    embedder = httpx.get(proxy_url + "/v1/embedders", headers=h, timeout=30).json()["embedders"][0]["embedderId"]
+    embedder = httpx.get(proxy_url + "/v1/embedders", headers=h, timeout=30).json()["embedders"][0][
+        "embedderId"
+    ]
     space = httpx.post(
         proxy_url + "/v1/spaces",
         json={"name": f"openapi-run-{time.time_ns()}", "spaceEmbedders": [{"embedderId": embedder}]},
@@ -234,6 +261,7 @@ def known_ids(proxy_url: str, admin_headers: dict[str, str]) -> dict[str, str]:
     assert long_term.status_code == 200, long_term.text
     me = httpx.get(proxy_url + "/v1/users/me", headers=h, timeout=30).json()
     keys = httpx.get(proxy_url + "/v1/apikeys", headers=h, timeout=30).json()["keys"]
+    openai_model = httpx.get(proxy_url + "/openai/v1/models", headers=h, timeout=30).json()["data"][0]["id"]
     return {
         "space": space_id,
         "memory": memory.json()["memoryId"],
@@ -241,6 +269,7 @@ def known_ids(proxy_url: str, admin_headers: dict[str, str]) -> dict[str, str]:
         "user": me["userId"],
         "key": keys[0]["apiKeyId"],
         "embedder": embedder,
+        "openai_model": openai_model,
     }
 
 
@@ -251,6 +280,8 @@ def _known_path_parameters(path: str, ids: dict[str, str]) -> dict[str, str]:
         out["memory_container_id"] = ids["space"]
     if "{memory_id}" in path:
         out["memory_id"] = ids["long_term"]
+    if "{model}" in path:
+        out["model"] = ids["openai_model"]
     if path.startswith("/v1/spaces/"):
         out["id" if "{id}" in path else "spaceId"] = ids["space"]
     for prefix, name in (
@@ -266,7 +297,13 @@ def _known_path_parameters(path: str, ids: dict[str, str]) -> dict[str, str]:
 
 # Body fields that name an object, and the key of ``known_ids`` that names one that exists. Memory ids are
 # filled only into batchGet's list: a batchDelete of the run's memory would leave the later reads nothing.
-_KNOWN_FIELDS = {"spaceId": "space", "embedderId": "embedder", "resourceId": "space", "principalId": "user"}
+_KNOWN_FIELDS = {
+    "spaceId": "space",
+    "embedderId": "embedder",
+    "resourceId": "space",
+    "principalId": "user",
+    "model": "openai_model",
+}
 
 
 def _fill_known(value: Any, ids: dict[str, str]) -> Any:
@@ -319,11 +356,11 @@ def _run(strategy: Any, url: str, headers: dict[str, str], failures: list[str], 
 
 
 def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(
-    proxy_url: str, admin_headers: dict[str, str], known_ids: dict[str, str], run_cleanup: None
+    proxy_url: str, admin_headers: dict[str, str], known_ids: dict[str, str]
 ) -> None:
     document = httpx.get(proxy_url + openapi.PATH, timeout=30).json()
     schema = schemathesis.openapi.from_dict(document)
-    operations = [r.ok() for r in schema.get_all_operations()]
+    operations = [cast(Any, r).ok() for r in schema.get_all_operations()]
     # Deletes last, so the objects of known_ids live through every other operation's run.
     operations.sort(key=lambda op: op.method.upper() == "DELETE")
     sent = 0

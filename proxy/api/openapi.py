@@ -183,7 +183,7 @@ _SECURITY_SCHEMES = {
         "when it runs the security plugin.",
     },
 }
-_SECURITY = [{"apiKey": []}, {"bearer": []}, {"basic": []}]
+_SECURITY: list[dict[str, list[str]]] = [{"apiKey": []}, {"bearer": []}, {"basic": []}]
 
 _REASONS = {
     200: "OK",
@@ -246,9 +246,9 @@ def _parameters(path: str, op: Operation, components: _Components) -> list[dict[
         schema = dict(op.path_params.get(name, {"type": "string", "minLength": 1}))
         out.append({"name": name, "in": "path", "required": True, "schema": schema})
     if op.query is not None:
-        schema = op.query.model_json_schema(by_alias=True, mode="validation")
-        required = set(schema.get("required", ()))
-        for name, prop in schema.get("properties", {}).items():
+        query = op.query.model_json_schema(by_alias=True, mode="validation")
+        required = set(query.get("required", ()))
+        for name, prop in query.get("properties", {}).items():
             prop = {k: v for k, v in prop.items() if k not in ("title", "default")}
             description = prop.pop("description", None)
             param: dict[str, Any] = {
@@ -260,8 +260,8 @@ def _parameters(path: str, op: Operation, components: _Components) -> list[dict[
             if description:
                 param["description"] = description
             out.append(param)
-    for name, schema in op.headers.items():
-        out.append({"name": name, "in": "header", "required": False, "schema": dict(schema)})
+    for name, header in op.headers.items():
+        out.append({"name": name, "in": "header", "required": False, "schema": dict(header)})
     return out
 
 

@@ -9,6 +9,7 @@ Answers allow fields beyond the ones named (both client generations ignore unkno
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 from uuid import UUID
 
@@ -17,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from proxy.api.goodmem.retrieve import TIMEOUT_HEADER
 from proxy.api.goodmem.streaming import STREAM_TERMINAL_HEADER
 from proxy.api.openapi import Api, Operation, Raw
-from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES
 from proxy.core.goodmem import providers
 from proxy.core.goodmem.apikeys import LIFECYCLE_STATES
 from proxy.core.goodmem.grants import GRANTABLE
+from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES
 from proxy.core.goodmem.retrieve.request import CHAT_POST_PROCESSOR
 
 __all__ = ["GOODMEM_API"]
@@ -28,6 +29,12 @@ __all__ = ["GOODMEM_API"]
 Labels = dict[str, str]
 Status = Literal["PENDING", "PROCESSING", "COMPLETED", "FAILED"]
 assert set(STATUSES) == set(Status.__args__)  # type: ignore[attr-defined]
+
+
+def _enum(values: Iterable[str], *, optional: bool = False) -> Any:
+    """A string field that takes one of ``values`` (the service's own table, so the two cannot drift)."""
+    extra: dict[str, Any] = {"enum": list(values)}
+    return Field(None, json_schema_extra=extra) if optional else Field(json_schema_extra=extra)
 
 
 class _In(BaseModel):
@@ -139,7 +146,7 @@ class ApiKey(_Out):
     ceilingOmitted: bool
     keyPrefix: str
     status: Literal["ACTIVE", "INACTIVE"]
-    lifecycleState: str = Field(json_schema_extra={"enum": list(LIFECYCLE_STATES)})
+    lifecycleState: str = _enum(LIFECYCLE_STATES)
     labels: Labels
     validFrom: int
     createdAt: int
@@ -181,7 +188,7 @@ class ApiKeyUpdate(_In):
 class ApiKeyQuery(Paging):
     subjectPrincipalId: UUID | None = None
     ownerPrincipalId: UUID | None = None
-    lifecycleState: str | None = Field(None, json_schema_extra={"enum": list(LIFECYCLE_STATES)})
+    lifecycleState: str | None = _enum(LIFECYCLE_STATES, optional=True)
 
 
 # --- spaces ----------------------------------------------------------------------------------------------
@@ -410,7 +417,7 @@ class ChatConfig(_In):
 
 
 class PostProcessor(_In):
-    name: str = Field(json_schema_extra={"enum": [CHAT_POST_PROCESSOR]})
+    name: str = _enum([CHAT_POST_PROCESSOR])
     config: ChatConfig | None = None
 
 
@@ -432,7 +439,9 @@ class Retrieve(_In):
 
 class RetrieveQuery(_In):
     message: str = Field(min_length=1)
-    spaceIds: UUID = Field(description="a space id (the parameter may be repeated, or hold ids separated by commas)")
+    spaceIds: UUID = Field(
+        description="a space id (the parameter may be repeated, or hold ids separated by commas)"
+    )
     requestedSize: int | None = None
     fetchMemory: bool | None = None
     fetchMemoryContent: bool | None = None
@@ -444,7 +453,7 @@ _STREAM = Raw(
     "The retrieval events, one JSON object a line (NDJSON) or as server-sent events (Accept chooses); a "
     "failure after the first byte is an in-band error event (docs/goodmem-retrieve.md).",
 )
-_STREAM_HEADERS = {
+_STREAM_HEADERS: dict[str, dict[str, Any]] = {
     TIMEOUT_HEADER: {
         "type": "integer",
         "minimum": 1,
@@ -517,7 +526,7 @@ Modality = Literal["TEXT", "IMAGE", "AUDIO", "VIDEO"]
 
 
 def _provider_types(spec: providers.KindSpec) -> Any:
-    return Field(json_schema_extra={"enum": list(spec.provider_types)})
+    return _enum(spec.provider_types)
 
 
 class NewModelFields(_In):
@@ -610,7 +619,7 @@ class AssignedResource(_In):
 
 
 class Rule(_In):
-    operation: str = Field(json_schema_extra={"enum": sorted(GRANTABLE)})
+    operation: str = _enum(sorted(GRANTABLE))
     selector: Literal["ANY", "EXACT", "DIRECT_MEMBERS_OF"]
     assignedResource: AssignedResource | None = None
 
@@ -735,10 +744,16 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         body=BatchDelete,
     ),
     ("POST", "/v1/memories:retrieve"): Operation(
-        "Retrieve: search spaces, stream the results", {200: _STREAM, 504: GoodMemError}, body=Retrieve, headers=_STREAM_HEADERS
+        "Retrieve: search spaces, stream the results",
+        {200: _STREAM, 504: GoodMemError},
+        body=Retrieve,
+        headers=_STREAM_HEADERS,
     ),
     ("GET", "/v1/memories:retrieve"): Operation(
-        "Retrieve (the query-string form)", {200: _STREAM, 504: GoodMemError}, query=RetrieveQuery, headers=_STREAM_HEADERS
+        "Retrieve (the query-string form)",
+        {200: _STREAM, 504: GoodMemError},
+        query=RetrieveQuery,
+        headers=_STREAM_HEADERS,
     ),
     # models
     ("GET", "/v1/embedders"): Operation("List embedders", {200: EmbedderList}, query=ModelListQuery),

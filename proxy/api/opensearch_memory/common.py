@@ -125,10 +125,11 @@ def _refused_argument(exc: OpenSearchError) -> bool:
     the index's result window): a 400 the node wrote, not a failure of the search (the schemathesis run's
     find: a 500 before)."""
     causes = exc.body.get("root_cause") if isinstance(exc.body, dict) else None
-    return bool(causes) and all(
-        isinstance(c, dict) and str(c.get("reason", "")).startswith(RESULT_WINDOW) for c in causes
+    return (
+        isinstance(causes, list)
+        and bool(causes)
+        and all(isinstance(c, dict) and str(c.get("reason", "")).startswith(RESULT_WINDOW) for c in causes)
     )
-
 
 
 @contextmanager

@@ -185,7 +185,7 @@ class SessionCreated(_Out):
 
 
 class StoredMemory(_Out):
-    """A stored memory as ml-commons' GET renders its type: the type's own keys, nulls and empties left out."""
+    """A stored memory as ml-commons' GET renders its type: the type's keys, nulls and empties left out."""
 
 
 class MemoryUpdate(_In):
