@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -462,7 +463,8 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         "--embed-threads",
         type=int,
         default=None,
-        help="torch threads of the proxy's and the baseline's embedder alike (default: torch's)",
+        help="torch threads of the proxy's and the baseline's embedder alike (default: memproxy's, half the "
+        "CPUs the process may use)",
     )
     parser.add_argument(
         "--embed-max-batch-size",
@@ -470,6 +472,33 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="texts per model batch, proxy and baseline alike (default: memproxy's, by device)",
     )
+
+
+def add_load_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--competing-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy-loop processes at normal priority beside the benchmark (a CPU-heavy neighbour on "
+        "the same machine); default 0",
+    )
+
+
+@contextmanager
+def competing_load(processes: int) -> Iterator[None]:
+    """``processes`` busy loops beside the benchmark, as a neighbour that wants every core it can get would
+    be; stopped when the block ends."""
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(processes)
+    ]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 def embed_settings(args: argparse.Namespace) -> Any:

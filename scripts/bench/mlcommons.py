@@ -47,6 +47,8 @@ from scripts.bench.common import (
     Node,
     Proxy,
     add_embed_options,
+    add_load_option,
+    competing_load,
     delete_indices,
     embed_args,
     exact_top_k,
@@ -715,6 +717,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--seed", type=int, default=31)
     add_embed_options(p)
+    add_load_option(p)
     p.add_argument("--tag", default="", help="suffix of the results file name (mlcommons<tag>.json)")
     p.add_argument("--quick", action="store_true", help="smoke run: 300 memories, 2 rounds of 20 requests")
     args = p.parse_args(argv)
@@ -732,7 +735,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    data = asyncio.run(setup_and_run(args))
+    with competing_load(args.competing_load):
+        data = asyncio.run(setup_and_run(args))
+    data["competing_load"] = args.competing_load
     print(f"wrote {write_results(results_name('mlcommons', args.tag, args.quick), data)}")
 
 

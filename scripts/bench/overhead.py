@@ -8,8 +8,10 @@ load on the machine hit every variant alike), at concurrency 1, 8 and 32:
 - ``baseline``: memproxy's embedding engine in this process (same model, same settings) embeds the text,
   then the request memproxy's compiler builds goes straight to OpenSearch: the strongest baseline;
 - ``embed_only`` and ``knn_only`` (precomputed vector): the baseline's two parts;
-- ``container_get`` (the container document read every API request makes first) and
-  ``container_get_via_proxy`` (the same read through memproxy's pass-through): where the overhead goes.
+- ``doc_get`` (a realtime GET of one stored memory, the size of the container document every API request
+  reads first) and ``doc_get_via_proxy`` (the same read through memproxy's pass-through, as an admin): where
+  the overhead goes. (memproxy's own indices, the container index among them, are never reachable through
+  pass-through, so the hop is measured on a memory document.)
 
 The proxy is started here (``python -m proxy``) against the node, with a container it creates and fills.
 
@@ -35,6 +37,8 @@ from scripts.bench.common import (
     Node,
     Proxy,
     add_embed_options,
+    add_load_option,
+    competing_load,
     delete_indices,
     embed_args,
     embed_settings,
@@ -56,10 +60,9 @@ VARIANTS = (
     "baseline",
     "embed_only",
     "knn_only",
-    "container_get",
-    "container_get_via_proxy",
+    "doc_get",
+    "doc_get_via_proxy",
 )
-CONTAINER_INDEX = ".plugins-ml-am-memory-container"
 FIELD = "memory_embedding"
 EXCLUDES = [FIELD, "metadata_index"]  # what memproxy's semantic search leaves out of _source
 
@@ -79,6 +82,7 @@ class World:
     vectors: list[list[float]]  # the queries' embeddings, for knn_only
     k: int
     before: Proxy | None = None  # the --compare-tree proxy
+    sample_id: str = ""  # one stored memory (doc_get)
     variants: tuple[str, ...] = VARIANTS
 
     def knn_body(self, vector: list[float]) -> dict[str, Any]:
@@ -127,12 +131,12 @@ def make_call(world: World, variant: str, qi: int) -> Call:
     async def knn_only() -> int:
         return await knn(world.vectors[qi])
 
-    async def container_get() -> int:  # what each API request reads before it searches
-        found = await world.node.request("GET", f"/{CONTAINER_INDEX}/_doc/{world.container_id}")
+    async def doc_get() -> int:  # a read of the size of the container read each API request makes first
+        found = await world.node.request("GET", f"/{world.index}/_doc/{world.sample_id}")
         return k if found["found"] else 0
 
-    async def container_get_via_proxy() -> int:  # the same read through the proxy's pass-through: its hop
-        found = await world.proxy.json("GET", f"/{CONTAINER_INDEX}/_doc/{world.container_id}")
+    async def doc_get_via_proxy() -> int:  # the same read through the proxy's pass-through: its hop
+        found = await world.proxy.json("GET", f"/{world.index}/_doc/{world.sample_id}")
         return k if found["found"] else 0
 
     calls: dict[str, Call] = {
@@ -141,8 +145,8 @@ def make_call(world: World, variant: str, qi: int) -> Call:
         "baseline": baseline,
         "embed_only": embed_only,
         "knn_only": knn_only,
-        "container_get": container_get,
-        "container_get_via_proxy": container_get_via_proxy,
+        "doc_get": doc_get,
+        "doc_get_via_proxy": doc_get_via_proxy,
     }
     if world.before is not None:
         before = world.before
@@ -272,6 +276,8 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                 if before is not None:
                     before.auth_headers = proxy.auth_headers
                 await fill(world, args.memories, args.batch)
+                sample = await node.request("POST", f"/{world.index}/_search", {"size": 1, "_source": False})
+                world.sample_id = sample["hits"]["hits"][0]["_id"]
                 world.vectors = [[float(x) for x in v] for v in await world.embedder.embed(world.queries)]
                 await warm_up(world, args.warm_up)
                 results = await measure(world, args)
@@ -316,6 +322,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warm-up", type=int, default=20, help="requests per variant before measuring")
     p.add_argument("--k", type=int, default=10)
     add_embed_options(p)
+    add_load_option(p)
     p.add_argument("--tag", default="", help="suffix of the results file name (overhead<tag>.json)")
     p.add_argument(
         "--compare-tree",
@@ -332,7 +339,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    data = asyncio.run(setup_and_run(args))
+    with competing_load(args.competing_load):
+        data = asyncio.run(setup_and_run(args))
+    data["competing_load"] = args.competing_load
     print(f"wrote {write_results(results_name('overhead', args.tag, args.quick), data)}")
 
 

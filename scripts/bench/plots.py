@@ -33,8 +33,8 @@ LABELS = {
     "baseline": "embed + direct knn (baseline)",
     "embed_only": "embedder alone",
     "knn_only": "direct knn alone",
-    "container_get": "container GET (direct)",
-    "container_get_via_proxy": "container GET via proxy",
+    "doc_get": "document GET (direct)",
+    "doc_get_via_proxy": "document GET via proxy",
     "direct_bulk": "direct _bulk (refresh=true)",
     "direct_bulk_norefresh": "direct _bulk (no refresh)",
 }
