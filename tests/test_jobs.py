@@ -30,6 +30,7 @@ from proxy.config import Settings, parse_settings
 from proxy.core.jobs import (
     COMPLETED,
     FAILED,
+    HANDOFF_S,
     PENDING,
     RUNNING,
     Job,
@@ -470,3 +471,32 @@ async def _lease_beyond(queue: JobQueue, job_id: str, limit_ms: float) -> bool:
 async def _count(store: Store, index: str) -> int:
     res = await store.request("POST", url(index, "_count"), body={"query": {"match_all": {}}})
     return int(res["count"])
+
+
+async def test_the_enqueuing_process_takes_its_own_job_first(store: Store, kind: str) -> None:
+    """A job is its enqueuing process's for HANDOFF_S: another process polling fast never snatches it, and
+    it still runs at once; a process that runs no jobs leaves its jobs to the others at once."""
+    index = f"memproxy-jobs-test-{uuid.uuid4().hex[:12]}"
+    here, elsewhere = JobQueue(JobDocs(store, index)), JobQueue(JobDocs(store, index))
+    workers: list[str] = []
+
+    async def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        workers.append(ctx.worker)
+
+    try:
+        async with (
+            runner(here, {kind: handler}, poll_s=60.0) as mine,
+            runner(elsewhere, {kind: handler}, poll_s=0.01) as theirs,
+        ):
+            for _ in range(5):
+                job = await here.enqueue(kind, {})
+                assert (await here.wait(job.job_id, timeout_s=10)).state == COMPLETED
+            assert workers == [mine.worker_id] * 5
+            # A process without workers (an API-only process) hands its jobs over at once.
+            bare = JobQueue(JobDocs(store, index))
+            started = time.monotonic()
+            job = await bare.enqueue(kind, {})
+            assert (await bare.wait(job.job_id, timeout_s=10)).state == COMPLETED
+            assert workers[-1] == theirs.worker_id and time.monotonic() - started < HANDOFF_S
+    finally:
+        await store.request("DELETE", url(index), params={"ignore_unavailable": "true"})

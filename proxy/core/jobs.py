@@ -37,6 +37,7 @@ from proxy.store.versioned import Versioned
 __all__ = [
     "COMPLETED",
     "FAILED",
+    "HANDOFF_S",
     "PENDING",
     "RUNNING",
     "STATES",
@@ -60,6 +61,8 @@ COMPLETED = "COMPLETED"
 FAILED = "FAILED"
 STATES = (PENDING, RUNNING, COMPLETED, FAILED)
 
+# A job is its enqueuing process's for this long before other processes see it due (JobQueue.enqueue).
+HANDOFF_S = 2.0
 # last_error is for people reading health and job views: a traceback's worth, not a log file.
 _MAX_ERROR_CHARS = 2000
 
@@ -286,6 +289,10 @@ class JobQueue:
         self.max_attempts = max_attempts
         # Runners of this process, woken at once by a local enqueue instead of at their next poll.
         self._wakeups: list[asyncio.Event] = []
+        # Jobs this process enqueued that its own runner takes first (see ``HANDOFF_S``), and whether this
+        # process runs jobs at all (a runner with workers says so).
+        self._fresh: dict[str, None] = {}
+        self.runs_jobs = False
         # Local callers of wait(), woken when this process finishes their job.
         self._waiters: dict[str, set[asyncio.Event]] = {}
 
@@ -301,9 +308,16 @@ class JobQueue:
         delay_s: float = 0.0,
     ) -> Job:
         """Store a new PENDING job and wake this process's runners. With ``job_id`` given, enqueueing again
-        is a no-op that returns the job as it stands (whatever payload the second call brings)."""
+        is a no-op that returns the job as it stands (whatever payload the second call brings).
+
+        A process that runs jobs takes the ones it enqueues itself: other processes see the job due only
+        ``HANDOFF_S`` later (if this process has no free worker by then, or died, any process takes it). So
+        the process that accepted the request does the work, with its caches and configuration, and a
+        busy poller elsewhere cannot snatch it half a second in."""
         job_id = job_id or str(uuid.uuid4())
         now = now_ms()
+        if self.runs_jobs:
+            delay_s = max(delay_s, HANDOFF_S)
         doc: dict[str, Any] = {
             "kind": kind,
             "state": PENDING,
@@ -326,6 +340,8 @@ class JobQueue:
         }
         if not await self.docs.create(job_id, doc):
             return await self.get(job_id)
+        if self.runs_jobs and delay_s == HANDOFF_S:
+            self._fresh[job_id] = None
         for event in self._wakeups:
             event.set()
         return Job.from_doc(job_id, doc)
@@ -383,7 +399,17 @@ class JobQueue:
     async def due(self, kinds: list[str], size: int) -> list[Versioned]:
         return await self.docs.due(kinds, now_ms(), size)
 
-    async def claim(self, candidate: Versioned, owner: str, lease_s: float) -> _Lease | Job | None:
+    def take_fresh(self, limit: int) -> list[str]:
+        """Up to ``limit`` of the jobs this process enqueued and has not yet tried to claim (for its
+        runner), oldest first; the rest stay for its next free slots."""
+        taken = list(self._fresh)[:limit]
+        for job_id in taken:
+            del self._fresh[job_id]
+        return taken
+
+    async def claim(
+        self, candidate: Versioned, owner: str, lease_s: float, *, own: bool = False
+    ) -> _Lease | Job | None:
         """Take ``candidate`` (a due job as a search returned it) for ``owner``: RUNNING, leased for
         ``lease_s``, one more attempt. None when someone else changed it first: the write names the version
         the search saw, so of any number of concurrent claims exactly one succeeds. A job whose last
@@ -393,7 +419,8 @@ class JobQueue:
             return None
         now = now_ms()
         expired = job.state == RUNNING and (job.lease_expires_at or 0) < now
-        if not (expired or (job.state == PENDING and job.not_before <= now)):
+        # ``own``: this process enqueued it and takes it before the hand-off delay is over.
+        if not (expired or (job.state == PENDING and (own or job.not_before <= now))):
             return None
         fields: dict[str, Any] = {
             "state": RUNNING,
@@ -472,6 +499,7 @@ class JobRunner:
         self._poller: asyncio.Task[None] | None = None
         self._stopping = False
         queue._wakeups.append(self._wake)
+        queue.runs_jobs = queue.runs_jobs or workers > 0
 
     def register(self, kind: str, handler: JobHandler, *, on_failed: FailedHook | None = None) -> None:
         """Run jobs of ``kind`` with ``handler`` (at any time: a runner only claims kinds it can run, so a
@@ -542,6 +570,19 @@ class JobRunner:
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
 
     async def _claim(self, free: int) -> None:
+        # Jobs this process enqueued first (JobQueue.enqueue): nobody else may take them yet.
+        for job_id in self.queue.take_fresh(free):
+            if self._stopping:
+                break
+            candidate = await self.queue.docs.get(job_id)
+            if candidate is None or candidate.source.get("kind") not in self._kinds:
+                continue
+            claimed = await self.queue.claim(candidate, self.worker_id, self.lease_s, own=True)
+            if isinstance(claimed, _Lease):
+                self._start(claimed)
+                free -= 1
+        if free <= 0:
+            return
         # A few more candidates than free slots: another process may win some of them.
         for candidate in await self.queue.due(list(self._kinds), size=free * 3 + 2):
             if free <= 0 or self._stopping:
