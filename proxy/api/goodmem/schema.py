@@ -277,6 +277,9 @@ class Memory(_Out):
     originalContentRef: str | None = None
     originalContent: str | None = Field(None, description="base64, with includeContent")
     chunkingConfig: dict[str, Any] | None = None
+    processingHistory: dict[str, Any] | None = Field(
+        None, description="the memory's background job (latestJob, attempts), with includeProcessingHistory"
+    )
 
 
 class MemoryList(_Out):
@@ -351,8 +354,50 @@ class BatchDeleteResults(_Out):
     totalDeleted: int
 
 
+class PageImage(_Out):
+    memoryId: str
+    pageIndex: int
+    dpi: int
+    contentType: str
+    imageContentLength: int | None = None
+    imageContentSha256: str | None = None
+    createdAt: int
+    updatedAt: int
+    createdById: str
+    updatedById: str
+
+
 class PageImages(_Out):
-    pageImages: list[Any]
+    pageImages: list[PageImage]
+    nextToken: str | None = None
+
+
+class PageQuery(Paging):
+    startPageIndex: int | None = Field(None, ge=0)
+    endPageIndex: int | None = Field(None, ge=0)
+    dpi: int | None = Field(None, gt=0)
+    contentType: str | None = None
+
+
+class RenditionQuery(_In):
+    dpi: int | None = Field(None, gt=0)
+    contentType: str | None = None
+
+
+class OcrRequest(_In):
+    content: str = Field(description="the document's bytes, base64 (PDF, PNG, JPEG, TIFF, BMP)")
+    format: Literal["AUTO", "PDF", "TIFF", "PNG", "JPEG", "BMP"] | None = None
+    includeRawJson: bool | None = None
+    includeMarkdown: bool | None = None
+    startPage: int | None = Field(None, ge=0)
+    endPage: int | None = Field(None, ge=0)
+
+
+class OcrResponse(_Out):
+    detectedFormat: str
+    pageCount: int
+    pages: list[dict[str, Any]]
+    timings: dict[str, Any]
 
 
 SortBy = Literal["created_at", "updated_at", "content_type", "processing_status"]
@@ -369,6 +414,7 @@ class MemoryListQuery(Paging):
 
 class MemoryQuery(_In):
     includeContent: bool | None = None
+    includeProcessingHistory: bool | None = None
 
 
 # --- retrieve --------------------------------------------------------------------------------------------
@@ -657,6 +703,10 @@ _ID = "/{id}"
 # Users, keys, memories and grants are named by UUIDs (anything else is a 400); spaces also by the ids of
 # containers the ml-commons API created, and models by the names of start-up ones.
 _UUID = {"id": {"type": "string", "format": "uuid"}}
+_DOWNLOAD_HEADERS = {
+    "Range": {"type": "string", "description": "one byte range: bytes=FIRST-LAST, bytes=FIRST- or bytes=-N"},
+    "If-Match": {"type": "string", "description": "the saved strong ETag, quotes included"},
+}
 _MULTIPART_CREATE = {
     "type": "object",
     "properties": {
@@ -719,12 +769,35 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/memories" + _ID): Operation("A memory", {200: Memory}, query=MemoryQuery, path_params=_UUID),
     ("DELETE", "/v1/memories" + _ID): Operation("Delete a memory", {204: None}, path_params=_UUID),
     ("GET", "/v1/memories/{id}/content"): Operation(
-        "A memory's original content, as stored",
-        {200: Raw({"*/*": {}}, "The bytes, in the memory's type")},
+        "A memory's original content, as stored (one byte Range: 206; If-Match: 412 on a mismatch)",
+        {
+            200: Raw({"*/*": {}}, "The bytes, in the memory's type"),
+            206: Raw({"*/*": {}}, "The requested byte range"),
+            412: GoodMemError,
+            416: GoodMemError,
+        },
         path_params=_UUID,
+        headers=_DOWNLOAD_HEADERS,
     ),
     ("GET", "/v1/memories/{id}/pages"): Operation(
-        "A memory's page images", {200: PageImages}, path_params=_UUID
+        "A memory's page images", {200: PageImages}, query=PageQuery, path_params=_UUID
+    ),
+    ("GET", "/v1/memories/{id}/pages/{pageIndex}/image"): Operation(
+        "One page image's bytes (the page's only rendition, or the one dpi / contentType select)",
+        {
+            200: Raw({"image/png": {}}, "The image"),
+            206: Raw({"image/png": {}}, "The requested byte range"),
+            412: GoodMemError,
+            416: GoodMemError,
+        },
+        query=RenditionQuery,
+        path_params={**_UUID, "pageIndex": {"type": "integer", "minimum": 0}},
+        headers=_DOWNLOAD_HEADERS,
+    ),
+    ("POST", "/v1/ocr:document"): Operation(
+        "OCR of a PDF or an image, page by page (Tesseract)",
+        {200: OcrResponse, 504: GoodMemError},
+        body=OcrRequest,
     ),
     ("GET", "/v1/spaces/{spaceId}/memories"): Operation(
         "List a space's memories", {200: MemoryList}, query=MemoryListQuery
