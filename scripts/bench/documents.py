@@ -29,39 +29,16 @@ from PIL import Image
 
 from proxy.documents import Extraction, Limits, extract, ocr_document
 from scripts.bench.common import format_table, machine_info, results_name, synthetic_texts, write_results
+from tests.support.documents import text_pdf
 
 PDF = "application/pdf"
 
 
 def dense_pdf(pages: int, lines: int, seed: int) -> tuple[bytes, list[str]]:
-    """An A4 PDF with a text layer, ``lines`` sentences per page, and the pages' texts."""
+    """An A4 PDF with a text layer, ``lines`` sentences per page (11 pt), and the pages' texts."""
     texts = synthetic_texts(pages * lines, seed)
     page_texts = ["\n".join(texts[p * lines : (p + 1) * lines]) for p in range(pages)]
-    out = bytearray(b"%PDF-1.4\n")
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
-    kids = b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(pages))
-    objects.append(b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages)
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
-    for index, text in enumerate(page_texts):
-        body = [b"BT /F1 11 Tf 14 TL 50 800 Td"]
-        for line in text.splitlines():
-            escaped = line.encode("cp1252", "replace").replace(b"\\", b"\\\\")
-            body.append(b"(" + escaped.replace(b"(", b"\\(").replace(b")", b"\\)") + b") Tj T*")
-        stream = b"\n".join([*body, b"ET"])
-        objects.append(
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
-            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * index)
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    offsets = []
-    for number, obj in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out), page_texts
+    return text_pdf(page_texts, font_size=11, leading=14, left=50, top=800), page_texts
 
 
 def scanned(pdf: bytes, dpi: int) -> bytes:
@@ -124,8 +101,8 @@ async def timed(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     text_doc, page_texts = dense_pdf(args.pages, args.lines, seed=7)
-    scan_doc = scanned(dense_pdf(args.ocr_pages, args.lines, seed=11)[0], args.scan_dpi)
-    scan_truth = dense_pdf(args.ocr_pages, args.lines, seed=11)[1]
+    scan_pdf, scan_truth = dense_pdf(args.ocr_pages, args.lines, seed=11)
+    scan_doc = scanned(scan_pdf, args.scan_dpi)
     base = Limits(max_pages=max(args.pages, args.ocr_pages), ocr_timeout_s=3600)
     rows: list[dict[str, Any]] = []
     raw: dict[str, Any] = {}

@@ -35,9 +35,12 @@ def _pdf_string(text: str) -> bytes:
     return b"(" + raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)") + b")"
 
 
-def text_pdf(pages: Sequence[str]) -> bytes:
+def text_pdf(
+    pages: Sequence[str], *, font_size: int = 14, leading: int = 18, left: int = 56, top: int = 780
+) -> bytes:
     """A PDF with a real text layer: one Helvetica content stream per page, a line of text per line of the
-    page's string, written object by object with a correct cross-reference table."""
+    page's string (``font_size`` points, ``leading`` apart, from ``left``, ``top``), written object by object
+    with a correct cross-reference table."""
     objects: list[bytes] = []  # object n is objects[n - 1]
     font = 3
     kids = [4 + 2 * i for i in range(len(pages))]
@@ -47,7 +50,7 @@ def text_pdf(pages: Sequence[str]) -> bytes:
     )
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
     for index, text in enumerate(pages):
-        lines = [b"BT /F1 14 Tf 18 TL 56 780 Td"]
+        lines = [b"BT /F1 %d Tf %d TL %d %d Td" % (font_size, leading, left, top)]
         for line in text.splitlines() or [""]:
             lines.append(_pdf_string(line) + b" Tj T*")
         lines.append(b"ET")
