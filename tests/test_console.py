@@ -149,11 +149,24 @@ def all_css(driver: Any, selector: str) -> list[Any]:
 
 def click_and_wait(driver: Any, element: Any) -> None:
     """Click something that loads a new page, and wait until the new page is there."""
-    from selenium.webdriver.support import expected_conditions
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
+    def replaced(_: Any) -> bool:
+        # chromedriver may say the old page's node "does not belong to the document" instead of stale
+        # while the new page replaces it: both mean the click's page is gone.
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
     element.click()
-    WebDriverWait(driver, 120).until(expected_conditions.staleness_of(element))
+    WebDriverWait(driver, 120).until(replaced)
 
 
 def screenshot(driver: Any, name: str) -> None:
