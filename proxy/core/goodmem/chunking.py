@@ -30,6 +30,7 @@ import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from proxy.config import Settings
+from proxy.core.longterm import LongTermMemory
 from proxy.errors import BadRequest
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "NoChunking",
     "RecursiveChunking",
     "SentenceChunking",
+    "chunk_documents",
     "chunk_memory",
     "chunk_text",
     "parse_chunking",
@@ -263,6 +265,37 @@ async def chunk_memory(
     if len(text) <= INLINE_CHUNK_CHARS and not user_regex:
         return chunk_text(text, config, max_chunks=max_chunks)
     return await asyncio.to_thread(chunk_text, text, config, max_chunks=max_chunks)
+
+
+async def chunk_documents(
+    text: str,
+    config: ChunkingConfig,
+    *,
+    memory_id: str,
+    metadata: Any,
+    owner_id: str,
+    now: int,
+    max_chunks: int,
+    chunk_id: Callable[[int], str],
+) -> list[LongTermMemory]:
+    """A memory's text as the long-term documents that hold its chunks. ``chunk_id(sequence)`` names each:
+    fresh ids for a synchronous create, ids derived from the memory for a job that may run twice."""
+    return [
+        LongTermMemory(
+            memory=c.text,
+            memory_id=memory_id,
+            chunk_sequence=c.sequence,
+            start_offset=c.start,
+            end_offset=c.end,
+            metadata=metadata,
+            id=chunk_id(c.sequence),
+            owner_id=owner_id,
+            created_time=now,
+            last_updated_time=now,
+        )
+        for c in await chunk_memory(text, config, max_chunks=max_chunks)
+        if c.text.strip()
+    ]
 
 
 def _trim(text: str, start: int, end: int) -> Span | None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.core.clock import now_ms
 from proxy.core.container_record import Container
-from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, chunk_memory, parse_chunking
+from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, chunk_documents, parse_chunking
 from proxy.core.goodmem.content import decode_text, is_text_type
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.records import MemoryRecord
@@ -318,26 +318,18 @@ class _Processing:
     async def _chunks(self, record: MemoryRecord, text: str) -> list[LongTermMemory]:
         config = parse_chunking(record.chunking_config) if record.chunking_config else DEFAULT_CHUNKING
         try:
-            pieces = await chunk_memory(text, config, max_chunks=self.gm.store.settings.max_chunks_per_memory)
+            return await chunk_documents(
+                text,
+                config,
+                memory_id=self.memory_id,
+                metadata=record.metadata,
+                owner_id=record.created_by_id,
+                now=now_ms(),
+                max_chunks=self.gm.store.settings.max_chunks_per_memory,
+                chunk_id=lambda sequence: _chunk_id(self.memory_id, sequence),
+            )
         except MemproxyError as exc:
             raise PermanentJobError(exc.message, stage=EMBEDDING) from None
-        now = now_ms()
-        return [
-            LongTermMemory(
-                memory=c.text,
-                memory_id=self.memory_id,
-                chunk_sequence=c.sequence,
-                start_offset=c.start,
-                end_offset=c.end,
-                metadata=record.metadata,
-                id=_chunk_id(self.memory_id, c.sequence),
-                owner_id=record.created_by_id,
-                created_time=now,
-                last_updated_time=now,
-            )
-            for c in pieces
-            if c.text.strip()
-        ]
 
     async def _remove_outputs(self, container: Container) -> None:
         await delete_long_term(self.gm.svc, container, filter=Term("memory_id", self.memory_id))

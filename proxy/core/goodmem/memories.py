@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.container_record import Container
-from proxy.core.goodmem.chunking import chunk_memory
+from proxy.core.goodmem.chunking import chunk_documents
 from proxy.core.goodmem.content import NewMemory
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.documents import (
@@ -152,23 +152,16 @@ async def _prepare(
     chunks = (
         []
         if by_job
-        else [
-            LongTermMemory(
-                memory=c.text,
-                memory_id=memory_id,
-                chunk_sequence=c.sequence,
-                start_offset=c.start,
-                end_offset=c.end,
-                metadata=req.metadata,
-                id=new_id(),
-                owner_id=principal.user_id,
-                created_time=now,
-                last_updated_time=now,
-            )
-            for c in await chunk_memory(
-                req.text or "", chunking, max_chunks=gm.store.settings.max_chunks_per_memory
-            )
-        ]
+        else await chunk_documents(
+            req.text or "",
+            chunking,
+            memory_id=memory_id,
+            metadata=req.metadata,
+            owner_id=principal.user_id,
+            now=now,
+            max_chunks=gm.store.settings.max_chunks_per_memory,
+            chunk_id=lambda _sequence: new_id(),
+        )
     )
     record = MemoryRecord.for_content(
         memory_id=memory_id,
