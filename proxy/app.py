@@ -15,6 +15,7 @@ from pathlib import Path
 from aiohttp import web
 
 from proxy.api import admin, console, goodmem, health, openai, openapi, opensearch_memory
+from proxy.api.admin.schema import ADMIN_API
 from proxy.api.errors import error_middleware
 from proxy.api.goodmem.schema import GOODMEM_API
 from proxy.api.guards import input_guard_middleware
@@ -22,6 +23,7 @@ from proxy.api.identity import identity_middleware, log_auth_mode
 from proxy.api.metrics import metrics_ctx, metrics_middleware
 from proxy.api.metrics import routes as metrics_routes
 from proxy.api.openai.schema import OPENAI_API
+from proxy.api.opensearch_memory.model_schema import MODEL_API
 from proxy.api.opensearch_memory.schema import MEMORY_API
 from proxy.api.passthrough import passthrough
 from proxy.api.request_ids import echo_request_id, request_id_middleware
@@ -45,7 +47,7 @@ from proxy.store.models import ModelDocs
 __all__ = ["OPENAPI_APIS", "make_app"]
 
 # The APIs /_memproxy/openapi.json describes, each from its slice's declared wire models.
-OPENAPI_APIS = (openapi.MEMPROXY_API, MEMORY_API, GOODMEM_API, OPENAI_API)
+OPENAPI_APIS = (openapi.MEMPROXY_API, ADMIN_API, MEMORY_API, MODEL_API, GOODMEM_API, OPENAI_API)
 
 log = logging.getLogger(__name__)
 

@@ -120,6 +120,14 @@ MEMPROXY_API = Api(
             "The proxy's state and the cluster's", {200: Health}, public=True
         ),
         ("GET", PATH): Operation("This document", {200: Document}, public=True),
+        ("GET", "/metrics"): Operation(
+            "Prometheus metrics (administrators; --metrics-public opens it to anyone)",
+            {
+                200: Raw({"text/plain": {"type": "string"}}, "The Prometheus text exposition format"),
+                401: OpenSearchError,
+                403: OpenSearchError,
+            },
+        ),
     },
 )
 
