@@ -173,34 +173,29 @@ class Prediction(_Out):
     inference_results: list[dict[str, Any]]
 
 
+def _search(kind: str, summary: str) -> dict[tuple[str, str], Operation]:
+    """A search route, served for GET and POST alike as ml-commons serves it."""
+    operation = Operation(summary, {200: SearchResponse}, body=SearchBody)
+    return {(method, f"{ML}/{kind}/_search"): operation for method in ("GET", "POST")}
+
+
 _OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", ML + "/connectors/_create"): Operation(
         "Create a connector to a remote model", {200: ConnectorCreated}, body=NewConnector
     ),
-    ("GET", ML + "/connectors/_search"): Operation(
-        "Search connectors", {200: SearchResponse}, body=SearchBody
-    ),
-    ("POST", ML + "/connectors/_search"): Operation(
-        "Search connectors", {200: SearchResponse}, body=SearchBody
-    ),
+    **_search("connectors", "Search connectors"),
     ("GET", _CONNECTOR): Operation("A connector (never its credential)", {200: Connector}),
     ("DELETE", _CONNECTOR): Operation("Delete a connector no model uses", {200: WriteResult}),
     ("POST", ML + "/model_groups/_register"): Operation(
         "Register a model group", {200: ModelGroupCreated}, body=NewModelGroup
     ),
-    ("GET", ML + "/model_groups/_search"): Operation(
-        "Search model groups", {200: SearchResponse}, body=SearchBody
-    ),
-    ("POST", ML + "/model_groups/_search"): Operation(
-        "Search model groups", {200: SearchResponse}, body=SearchBody
-    ),
+    **_search("model_groups", "Search model groups"),
     ("GET", _GROUP): Operation("A model group", {200: ModelGroup}),
     ("DELETE", _GROUP): Operation("Delete a model group without models", {200: WriteResult}),
     ("POST", ML + "/models/_register"): Operation(
         "Register a remote model", {200: ModelRegistered}, body=NewModel, query=RegisterQuery
     ),
-    ("GET", ML + "/models/_search"): Operation("Search models", {200: SearchResponse}, body=SearchBody),
-    ("POST", ML + "/models/_search"): Operation("Search models", {200: SearchResponse}, body=SearchBody),
+    **_search("models", "Search models"),
     ("GET", _MODEL): Operation("A model", {200: Model}),
     ("DELETE", _MODEL): Operation("Delete a model that no container uses", {200: WriteResult}),
     ("POST", _MODEL + "/_deploy"): Operation("Deploy a remote model", {200: Deployed}),
