@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.api.goodmem.memory_wire import MemoryCreateBody
-from proxy.api.goodmem.render import api_key_json, chunk_json, memory_json
+from proxy.api.goodmem.render import api_key_json, chunk_json, memory_json, processing_history_json
 from proxy.api.identity import read_credentials
 from proxy.core.goodmem.apikeys import ApiKey
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, chunk_text, parse_chunking
@@ -23,6 +23,7 @@ from proxy.core.goodmem.paging import decode_offset, decode_token, encode_offset
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.validation import LabelChange, check_labels
 from proxy.core.identity import Principal
+from proxy.core.jobs import Job
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 
@@ -313,3 +314,54 @@ async def test_background_work_is_cancelled_when_goodmem_closes() -> None:
     assert len(gm.background) == 1  # the failure was logged and dropped
     await gm.identity.close()
     assert cancelled.is_set() and len(gm.background) == 0
+
+
+def test_processing_history_lists_every_attempt_and_the_running_one() -> None:
+    """Two ended attempts (lost lease, then a failure at a stage), the third running: three attempts, oldest
+    first; only ended ones say ok and finishedAt; a failure names its GoodMem stage."""
+    lost = {
+        "attempt": 1,
+        "worker": "w1",
+        "started_at": 10,
+        "finished_at": 30,
+        "ok": False,
+        "error": "attempt 1 lost its lease (worker w1)",
+        "failure_stage": None,
+        "stages": [],
+    }
+    failed = {
+        "attempt": 2,
+        "worker": "w2",
+        "started_at": 40,
+        "finished_at": 50,
+        "ok": False,
+        "error": "OSError: gone",
+        "failure_stage": "GENERATING_EMBEDDINGS",
+        "stages": [{"stage": "EXTRACTING_TEXT", "at": 41}, {"stage": "GENERATING_EMBEDDINGS", "at": 45}],
+    }
+    job = Job(
+        job_id="00000000-0000-4000-8000-000000000001",
+        kind="document_processor",
+        state="RUNNING",
+        payload={},
+        attempts=3,
+        max_attempts=5,
+        not_before=60,
+        created_at=1,
+        updated_at=61,
+        lease_owner="w3",
+        lease_expires_at=90,
+        started_at=60,
+        stages=({"stage": "EXTRACTING_TEXT", "at": 61},),
+        history=(lost, failed),
+    )
+    out = processing_history_json(job, 7)
+    assert out["latestJob"]["status"] == "BACKGROUND_JOB_RUNNING" and out["latestJob"]["lockedBy"] == "w3"
+    attempts = out["attempts"]
+    assert [a["attemptId"] for a in attempts] == [1, 2, 3]
+    assert [a.get("ok") for a in attempts] == [False, False, None]
+    assert "finishedAt" not in attempts[2] and attempts[1]["finishedAt"] == 50
+    assert attempts[1]["failureStage"] == "DOCUMENT_PROCESSING_STAGE_GENERATING_EMBEDDINGS"
+    assert attempts[1]["statusMessage"] == "EXTRACTING_TEXT > GENERATING_EMBEDDINGS"
+    assert attempts[2]["statusMessage"] == "EXTRACTING_TEXT" and attempts[2]["workerId"] == "w3"
+    assert "failureStage" not in attempts[0] and "lost its lease" in attempts[0]["errorMessage"]

@@ -229,6 +229,14 @@ async def test_a_failing_job_is_retried_after_a_backoff_then_completes(queue: Jo
         done = await queue.wait(job.job_id, timeout_s=15)
     assert done.state == COMPLETED and done.attempts == 3
     assert errors_seen == [None, "RuntimeError: flaky 1", "RuntimeError: flaky 2"]
+    # Every attempt is kept, in order, with its outcome and its own times.
+    assert [(h["attempt"], h["ok"], h["error"]) for h in done.history] == [
+        (1, False, "RuntimeError: flaky 1"),
+        (2, False, "RuntimeError: flaky 2"),
+        (3, True, None),
+    ]
+    assert all(h["started_at"] <= h["finished_at"] for h in done.history)
+    assert done.history[0]["finished_at"] <= done.history[1]["started_at"]
     # Equal jitter: at least half of base * 2^(attempt-1) between attempts.
     assert starts[1] - starts[0] >= base / 2 * 0.95
     assert starts[2] - starts[1] >= base * 0.95
@@ -262,6 +270,12 @@ async def test_a_job_fails_after_its_attempts_with_the_last_error(queue: JobQueu
     assert done.state == FAILED and done.attempts == 3
     assert done.last_error == "ValueError: the model answered garbage (attempt 3)"
     assert done.failure_stage == "extract" and done.finished_at
+    assert [(h["attempt"], h["ok"], h["failure_stage"]) for h in done.history] == [
+        (1, False, "extract"),
+        (2, False, "extract"),
+        (3, False, "extract"),
+    ]
+    assert [[st["stage"] for st in h["stages"]] for h in done.history] == [["extract"]] * 3
     assert [j.job_id for j in failed] == [job.job_id] and failed[0].state == FAILED
     assert health["counts"][FAILED] == 1
     assert health["recent_failures"][0]["job_id"] == job.job_id
@@ -433,6 +447,12 @@ async def test_a_killed_worker_process_loses_nothing(
         assert done.attempts == 2
         assert done.result == {"attempt": 2}
         assert f"worker {worker_id}" in (done.last_error or "")
+        # The killed attempt is in the history as lost, the survivor's as the one that succeeded.
+        assert [(h["attempt"], h["worker"], h["ok"]) for h in done.history] == [
+            (1, worker_id, False),
+            (2, "survivor", True),
+        ]
+        assert "lost its lease" in done.history[0]["error"]
         assert await _count(store, out_index) == 1
         res = await store.request("GET", url(out_index, "_doc", job.job_id))
         assert res["_source"]["attempt"] == 2 and res["_source"]["worker"] == "survivor"

@@ -24,7 +24,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,6 +65,8 @@ STATES = (PENDING, RUNNING, COMPLETED, FAILED)
 HANDOFF_S = 2.0
 # last_error is for people reading health and job views: a traceback's worth, not a log file.
 _MAX_ERROR_CHARS = 2000
+# Ended attempts a job keeps (GoodMem's processingHistory.attempts); a job with more keeps its latest ones.
+HISTORY_LIMIT = 20
 
 
 class UnknownJob(NotFound):
@@ -111,6 +113,8 @@ class Job:
     result: dict[str, Any] | None = None
     # The stages the latest attempt went through, in order: [{"stage", "at"}] (``JobContext.set_stage``).
     stages: tuple[dict[str, Any], ...] = ()
+    # The attempts that ended, oldest first (:func:`attempt_record`): at most HISTORY_LIMIT.
+    history: tuple[dict[str, Any], ...] = ()
 
     @property
     def done(self) -> bool:
@@ -139,6 +143,7 @@ class Job:
             finished_at=source.get("finished_at"),
             result=source.get("result"),
             stages=tuple(s for s in source.get("stages") or () if isinstance(s, dict)),
+            history=tuple(h for h in source.get("history") or () if isinstance(h, dict)),
         )
 
     def view(self) -> dict[str, Any]:
@@ -163,7 +168,31 @@ class Job:
             "finished_at": self.finished_at,
             "result": self.result,
             "stages": list(self.stages),
+            "history": list(self.history),
         }
+
+    def with_attempt(
+        self,
+        *,
+        ok: bool,
+        finished_at: int,
+        stages: Sequence[Mapping[str, Any]] | None = None,
+        error: str | None = None,
+        failure_stage: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """``history`` with the current attempt appended as ended: ``ok``, or failed with ``error`` at
+        ``failure_stage``. ``stages``: the attempt's own (the handler's), else the stored ones."""
+        record = {
+            "attempt": self.attempts,
+            "worker": self.lease_owner,
+            "started_at": self.started_at,
+            "finished_at": finished_at,
+            "ok": ok,
+            "error": error,
+            "failure_stage": failure_stage,
+            "stages": [dict(s) for s in (self.stages if stages is None else stages)],
+        }
+        return [*self.history, record][-HISTORY_LIMIT:]
 
 
 def backoff_s(attempt: int, base_s: float, max_s: float, rand: random.Random | None = None) -> float:
@@ -261,6 +290,11 @@ class JobContext:
         self.worker = worker
         self.stage: str | None = None
         self._stages: list[dict[str, Any]] = []
+
+    @property
+    def stages(self) -> list[dict[str, Any]]:
+        """The stages this attempt went through so far, in order."""
+        return list(self._stages)
 
     @property
     def last_attempt(self) -> bool:
@@ -436,6 +470,9 @@ class JobQueue:
             # The process of that attempt died or lost the node; say so, as a failure would.
             fields["last_error"] = f"attempt {job.attempts} lost its lease (worker {job.lease_owner})"
             fields["failure_stage"] = job.stage
+            fields["history"] = job.with_attempt(
+                ok=False, finished_at=now, error=fields["last_error"], failure_stage=job.stage
+            )
             if job.attempts >= job.max_attempts:
                 fields = {
                     "state": FAILED,
@@ -445,6 +482,7 @@ class JobQueue:
                     "updated_at": now,
                     "last_error": fields["last_error"] + "; no attempts left",
                     "failure_stage": job.stage,
+                    "history": fields["history"],
                 }
         try:
             seq_no, primary_term = await self.docs.update(
@@ -635,10 +673,10 @@ class JobRunner:
             log.warning("jobs: %s %s: lease lost, outcome dropped", job.kind, job.job_id)
             return
         except PermanentJobError as exc:
-            await self._fail(lease, exc, exc.stage or ctx.stage, permanent=True)
+            await self._fail(lease, exc, exc.stage or ctx.stage, ctx.stages, permanent=True)
             return
         except Exception as exc:
-            await self._fail(lease, exc, ctx.stage, permanent=False)
+            await self._fail(lease, exc, ctx.stage, ctx.stages, permanent=False)
             return
         now = now_ms()
         done = {
@@ -647,6 +685,7 @@ class JobRunner:
             "lease_owner": None,
             "lease_expires_at": None,
             "finished_at": now,
+            "history": job.with_attempt(ok=True, finished_at=now, stages=ctx.stages),
         }
         if await self._record(lease, done):
             log.info("jobs: %s %s completed (attempt %d)", job.kind, job.job_id, job.attempts)
@@ -674,7 +713,15 @@ class JobRunner:
                     work.cancel()
                     return
 
-    async def _fail(self, lease: _Lease, exc: BaseException, stage: str | None, *, permanent: bool) -> None:
+    async def _fail(
+        self,
+        lease: _Lease,
+        exc: BaseException,
+        stage: str | None,
+        stages: Sequence[Mapping[str, Any]],
+        *,
+        permanent: bool,
+    ) -> None:
         job = lease.job
         error = _error_text(exc)
         now = now_ms()
@@ -683,6 +730,9 @@ class JobRunner:
             "failure_stage": stage,
             "lease_owner": None,
             "lease_expires_at": None,
+            "history": job.with_attempt(
+                ok=False, finished_at=now, stages=stages, error=error, failure_stage=stage
+            ),
         }
         if permanent or job.attempts >= job.max_attempts:
             fields |= {"state": FAILED, "finished_at": now}
@@ -693,7 +743,7 @@ class JobRunner:
             return
         if fields["state"] == FAILED:
             log.warning("jobs: %s %s failed (attempt %d): %s", job.kind, job.job_id, job.attempts, error)
-            await self._failed_hook(replace(job, **fields))
+            await self._failed_hook(replace(job, **{**fields, "history": tuple(fields["history"])}))
             self.queue._finished(job.job_id)
         else:
             log.info("jobs: %s %s attempt %d failed, retrying: %s", job.kind, job.job_id, job.attempts, error)

@@ -3,7 +3,7 @@ require (Gen A ``goodmem-client``, Gen B ``goodmem``), in camelCase."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy import __version__
@@ -207,8 +207,8 @@ _STAGE_PREFIX = "DOCUMENT_PROCESSING_STAGE_"
 
 
 def processing_history_json(job: Job, number: int) -> dict[str, Any]:
-    """``processingHistory``: the latest job (``BackgroundJobSummary``) and its latest attempt, whose status
-    message lists the stages it went through."""
+    """``processingHistory``: the latest job (``BackgroundJobSummary``) and its attempts, oldest first, each
+    with a status message listing the stages it went through."""
     latest: dict[str, Any] = {
         "jobId": number,
         "jobType": job.kind,
@@ -225,34 +225,61 @@ def processing_history_json(job: Job, number: int) -> dict[str, Any]:
     if job.last_error:
         latest["lastError"] = job.last_error
     # GoodMem omits the failure stage once a newer attempt runs or succeeded.
-    failure_stage = None
     if job.failure_stage and job.state in ("FAILED", "PENDING"):
-        failure_stage = _STAGE_PREFIX + job.failure_stage
-        latest["failureStage"] = failure_stage
+        latest["failureStage"] = _STAGE_PREFIX + job.failure_stage
     out: dict[str, Any] = {"latestJob": latest}
-    if job.attempts:
-        trail = " > ".join(str(s.get("stage")) for s in job.stages)
-        attempt: dict[str, Any] = {
-            "attemptId": job.attempts,
-            "jobId": number,
-            "startedAt": job.started_at,
-            "ok": None if running else job.state == "COMPLETED",
-            "progressCurrent": len(job.stages),
-            "progressUnit": "stages",
-            "statusMessage": trail or None,
-        }
-        if job.stages:
-            attempt["progressUpdatedAt"] = job.stages[-1].get("at")
-        if not running and job.finished_at:
-            attempt["finishedAt"] = job.finished_at
-        if job.lease_owner:
-            attempt["workerId"] = job.lease_owner
-        if job.state in ("FAILED", "PENDING") and job.last_error:
-            attempt["errorMessage"] = job.last_error
-            if failure_stage:
-                attempt["failureStage"] = failure_stage
-        out["attempts"] = [{k: v for k, v in attempt.items() if v is not None}]
+    ended = [_attempt_json(number, h) for h in job.history]
+    if running:
+        ended.append(
+            _attempt_json(
+                number,
+                {"attempt": job.attempts, "worker": job.lease_owner, "started_at": job.started_at},
+                job.stages,
+            )
+        )
+    elif not ended and job.attempts:  # a job stored before attempts were kept: its latest one
+        ended.append(
+            _attempt_json(
+                number,
+                {
+                    "attempt": job.attempts,
+                    "worker": job.lease_owner,
+                    "started_at": job.started_at,
+                    "finished_at": job.finished_at,
+                    "ok": job.state == "COMPLETED",
+                    "error": job.last_error if job.state != "COMPLETED" else None,
+                    "failure_stage": job.failure_stage if job.state != "COMPLETED" else None,
+                },
+                job.stages,
+            )
+        )
+    if ended:
+        out["attempts"] = ended
     return out
+
+
+def _attempt_json(
+    number: int, attempt: Mapping[str, Any], stages: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One ``BackgroundJobAttempt`` from a job's attempt record (proxy.core.jobs.Job.with_attempt); one
+    still running has no ``ok`` and no ``finishedAt``."""
+    steps = list(attempt.get("stages") or ()) if stages is None else list(stages)
+    failure_stage = attempt.get("failure_stage")
+    out: dict[str, Any] = {
+        "attemptId": attempt.get("attempt"),
+        "jobId": number,
+        "startedAt": attempt.get("started_at"),
+        "finishedAt": attempt.get("finished_at"),
+        "ok": attempt.get("ok"),
+        "workerId": attempt.get("worker"),
+        "progressCurrent": len(steps),
+        "progressUnit": "stages",
+        "progressUpdatedAt": steps[-1].get("at") if steps else None,
+        "statusMessage": " > ".join(str(s.get("stage")) for s in steps) or None,
+        "errorMessage": attempt.get("error"),
+        "failureStage": _STAGE_PREFIX + failure_stage if failure_stage else None,
+    }
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def memory_json(record: MemoryRecord, include_content: bool, job: Job | None = None) -> dict[str, Any]:
