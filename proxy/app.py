@@ -152,8 +152,13 @@ async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
     # The queue exists before any API's own state, so each slice can register its job kinds as it starts.
     settings = app[SETTINGS]
     queue = JobQueue(JobDocs(app[STORE]), max_attempts=settings.jobs_max_attempts)
+    retention_days = settings.jobs_retention_days
     app[JOBS] = JobRunner(
-        queue, workers=settings.jobs_workers, lease_s=settings.jobs_lease_s, poll_s=settings.jobs_poll_s
+        queue,
+        workers=settings.jobs_workers,
+        lease_s=settings.jobs_lease_s,
+        poll_s=settings.jobs_poll_s,
+        retention_s=retention_days * 86_400 if retention_days > 0 else None,
     )
     # The core's own job kinds; each API slice registers its own in its cleanup_ctx.
     register_infer(app[JOBS], app[SERVICES])

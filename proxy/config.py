@@ -95,6 +95,8 @@ class Settings:
     jobs_lease_s: float = 60.0
     jobs_max_attempts: int = 5
     jobs_poll_s: float = 1.0
+    # Days a job is kept after it ended (COMPLETED or FAILED); 0 keeps every job.
+    jobs_retention_days: float = 30.0
     # GoodMem documents (docs/documents.md): the largest document accepted (413 above it), the most pages
     # one may have, the OCR time one document's job may spend, the DPI of stored page images, and the
     # longest text memory still processed within its create request (longer ones, and every document that
@@ -216,6 +218,12 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ("jobs-lease-s", "MEMPROXY_JOBS_LEASE_S", float, "lease of a running job, renewed while it runs"),
     ("jobs-max-attempts", "MEMPROXY_JOBS_MAX_ATTEMPTS", int, "attempts a job gets before it fails"),
     ("jobs-poll-s", "MEMPROXY_JOBS_POLL_S", float, "seconds between looks for due jobs"),
+    (
+        "jobs-retention-days",
+        "MEMPROXY_JOBS_RETENTION_DAYS",
+        float,
+        "days an ended job is kept before it is deleted (0: keep every job)",
+    ),
     ("document-max-bytes", "MEMPROXY_DOCUMENT_MAX_BYTES", int, "largest document a memory may hold (413)"),
     ("document-max-pages", "MEMPROXY_DOCUMENT_MAX_PAGES", int, "most pages a document may have"),
     ("ocr-timeout-s", "MEMPROXY_OCR_TIMEOUT_S", float, "OCR time one document's job may spend"),
@@ -366,6 +374,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --jobs-workers must be 0 or more")
     if values.get("jobs_lease_s", 1.0) <= 0 or values.get("jobs_poll_s", 1.0) <= 0:
         raise SystemExit("memproxy: --jobs-lease-s and --jobs-poll-s must be positive")
+    if values.get("jobs_retention_days", 0.0) < 0:
+        raise SystemExit("memproxy: --jobs-retention-days must be 0 (keep every job) or positive")
     if values.get("jobs_max_attempts", 1) < 1:
         raise SystemExit("memproxy: --jobs-max-attempts must be 1 or more")
     for name in ("document_max_bytes", "document_max_pages", "page_image_dpi"):

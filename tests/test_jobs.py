@@ -66,7 +66,14 @@ def test_job_flags_parse_and_refuse_nonsense() -> None:
     settings = parse_settings(["--jobs-workers", "0", "--jobs-lease-s", "5"], environ={})
     assert (settings.jobs_workers, settings.jobs_lease_s, settings.jobs_max_attempts) == (0, 5.0, 5)
     assert parse_settings([], environ={"MEMPROXY_JOBS_MAX_ATTEMPTS": "2"}).jobs_max_attempts == 2
-    for argv in (["--jobs-workers", "-1"], ["--jobs-lease-s", "0"], ["--jobs-max-attempts", "0"]):
+    assert parse_settings([], environ={}).jobs_retention_days == 30
+    assert parse_settings(["--jobs-retention-days", "0"], environ={}).jobs_retention_days == 0
+    for argv in (
+        ["--jobs-workers", "-1"],
+        ["--jobs-lease-s", "0"],
+        ["--jobs-max-attempts", "0"],
+        ["--jobs-retention-days", "-1"],
+    ):
         with pytest.raises(SystemExit):
             parse_settings(argv, environ={})
 
@@ -210,6 +217,46 @@ async def test_two_runners_never_run_one_job_twice(queue: JobQueue, kind: str) -
     assert [j.attempts for j in finished] == [1] * jobs
     assert peak == 2 * workers
     assert by_worker["A"] >= workers and by_worker["B"] >= workers
+
+
+async def test_jobs_past_their_retention_are_deleted_and_no_other(queue: JobQueue, kind: str) -> None:
+    """Ended jobs older than the retention go; a recent ended job, a FAILED one inside the retention and a
+    PENDING one (however old) stay. The runner purges when it starts."""
+
+    async def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        if payload.get("fail"):
+            raise PermanentJobError("no", stage="s")
+
+    async with runner(queue, {kind: handler}):
+        old_done = await queue.enqueue(kind, {})
+        old_failed = await queue.enqueue(kind, {"fail": True})
+        recent = await queue.enqueue(kind, {})
+        for job in (old_done, old_failed, recent):
+            assert (await queue.wait(job.job_id, timeout_s=10)).done
+    pending = await queue.enqueue(kind, {})  # no runner: it stays PENDING
+    two_days_ago = int(time.time() * 1000) - 2 * 86_400_000
+    for job in (old_done, old_failed, pending):
+        await queue.docs.store.request(
+            "POST",
+            url(queue.docs.index, "_update", job.job_id),
+            body={"doc": {"finished_at": two_days_ago, "created_at": two_days_ago}},
+            params={"refresh": "true"},
+        )
+
+    r = JobRunner(queue, workers=1, poll_s=0.1, retention_s=86_400)  # one day
+    r.start()
+    try:
+        await until(lambda: _missing(queue, old_done.job_id, old_failed.job_id))
+    finally:
+        await r.close()
+    assert (await queue.get(recent.job_id)).state == COMPLETED
+    assert (await queue.get(pending.job_id)).state == PENDING
+    # A retention longer than every job's age deletes nothing.
+    assert await queue.purge_finished(10 * 365 * 86_400) == 0
+
+
+async def _missing(queue: JobQueue, *job_ids: str) -> bool:
+    return all([await queue.docs.get(job_id) is None for job_id in job_ids])
 
 
 async def test_a_failing_job_is_retried_after_a_backoff_then_completes(queue: JobQueue, kind: str) -> None:

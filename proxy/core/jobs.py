@@ -399,6 +399,10 @@ class JobQueue:
         found = await self.docs.count_by_state()
         return {state: found.get(state, 0) for state in STATES}
 
+    async def purge_finished(self, older_than_s: float) -> int:
+        """Delete the jobs that ended (COMPLETED or FAILED) more than ``older_than_s`` ago; how many."""
+        return await self.docs.delete_finished(now_ms() - int(older_than_s * 1000))
+
     async def recent_failures(self, limit: int = 5) -> list[Job]:
         return [Job.from_doc(v.id, v.source) for v in await self.docs.latest(FAILED, limit)]
 
@@ -511,7 +515,8 @@ class JobRunner:
     """One process's workers: at most ``workers`` jobs at once (0: this process runs none, it may still
     enqueue), leases of ``lease_s`` renewed every third of it, a poll every ``poll_s`` and at once when this
     process enqueues; a failed attempt is retried after :func:`backoff_s` (``backoff_base_s``,
-    ``backoff_max_s``) until the job's ``max_attempts``."""
+    ``backoff_max_s``) until the job's ``max_attempts``. A runner with workers also deletes the jobs that
+    ended more than ``retention_s`` ago (None: never), when it starts and every ``purge_every_s``."""
 
     def __init__(
         self,
@@ -523,8 +528,13 @@ class JobRunner:
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 300.0,
         worker_id: str | None = None,
+        retention_s: float | None = None,
+        purge_every_s: float = 3600.0,
     ) -> None:
         self.queue = queue
+        self.retention_s = retention_s
+        self.purge_every_s = purge_every_s
+        self._next_purge = 0.0  # time.monotonic() of the next one: the first poll purges
         self.workers = workers
         self.lease_s = lease_s
         self.poll_s = poll_s
@@ -596,6 +606,7 @@ class JobRunner:
     async def _poll(self) -> None:
         while not self._stopping:
             self._wake.clear()
+            await self._purge()
             free = self.workers - len(self._running)
             if free > 0 and self._kinds:
                 try:
@@ -606,6 +617,20 @@ class JobRunner:
                     log.exception("jobs: polling failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
+
+    async def _purge(self) -> None:
+        """Delete the jobs past their retention, once per ``purge_every_s`` (every process with workers
+        does it; concurrent deletes of the same jobs are harmless)."""
+        if self.retention_s is None or time.monotonic() < self._next_purge:
+            return
+        self._next_purge = time.monotonic() + self.purge_every_s
+        try:
+            deleted = await self.queue.purge_finished(self.retention_s)
+        except MemproxyError as exc:  # the node is away: the next purge catches up
+            log.warning("jobs: deleting ended jobs failed: %s", exc.message)
+            return
+        if deleted:
+            log.info("jobs: deleted %d jobs that ended over %.0f s ago", deleted, self.retention_s)
 
     async def _claim(self, free: int) -> None:
         # Jobs this process enqueued first (JobQueue.enqueue): nobody else may take them yet.

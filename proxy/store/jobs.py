@@ -22,7 +22,8 @@ from proxy.store.client import (
     Store,
     url,
 )
-from proxy.store.memories import search
+from proxy.store.memories import delete_by_query, search
+from proxy.store.query import Range, Terms, all_of
 from proxy.store.templates import render_index_body
 from proxy.store.versioned import Versioned
 
@@ -187,6 +188,12 @@ class JobDocs:
             return _hits(await search(self.store, self.index, body))
         except IndexMissing:
             return []
+
+    async def delete_finished(self, before_ms: int) -> int:
+        """Delete the COMPLETED and FAILED jobs that finished before ``before_ms``; how many went."""
+        selection = all_of([Terms("state", ("COMPLETED", "FAILED")), Range("finished_at", lt=before_ms)])
+        result = await delete_by_query(self.store, self.index, selection, refresh=False, ignore_missing=True)
+        return int(result.get("deleted") or 0)
 
     async def count_by_state(self) -> dict[str, int]:
         """How many jobs are in each state ({} when there is no job index yet)."""
