@@ -254,6 +254,7 @@ async def test_cohere_embed_v2() -> None:
     async with serve(_cohere_embed) as double, client_for(double.url, provider="cohere") as client:
         embedder = RemoteEmbedder(client, wire="cohere", model="embed-english-v3.0", dimension=3)
         vectors = await embedder.embed(["x", "yy"])
+        await embedder.embed(["what is x?"], query=True)
     assert vectors == [_vec("x"), _vec("yy")]
     assert double.seen[0].path == "/v2/embed"
     assert double.seen[0].body == {
@@ -262,6 +263,8 @@ async def test_cohere_embed_v2() -> None:
         "input_type": "search_document",
         "embedding_types": ["float"],
     }
+    # A search query is embedded as one: Cohere's v3 models are asymmetric.
+    assert double.seen[1].body["input_type"] == "search_query"
 
 
 @pytest.mark.parametrize(

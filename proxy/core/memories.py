@@ -345,7 +345,7 @@ async def _neural_vectors(svc: Services, container: Container, query: Any) -> li
         if model is None:
             raise BadRequest("model_id must be provided for neural query")
         try:
-            vectors.append(await svc.embed_text(model, clause.query_text))
+            vectors.append(await svc.embed_query(model, clause.query_text))
         except NotFound:
             raise BadRequest(f"Embedding model with ID {model} not found") from None
     return vectors

@@ -108,7 +108,7 @@ async def query_vector(svc: Services, search: VectorSearch) -> list[float]:
     embedder_id = fields.get(search.vector_field)
     if embedder_id is None:
         raise BadRequest(f"field [{search.vector_field}] is not a vector field of this memory container")
-    return await svc.embed_text(embedder_id, search.query_text)
+    return await svc.embed_query(embedder_id, search.query_text)
 
 
 def _scoped(search: VectorSearch) -> Filter:

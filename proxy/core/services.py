@@ -30,7 +30,8 @@ class Services:
         if self.models is None:
             object.__setattr__(self, "models", ModelRegistry(ModelDocs(self.store), self.embedders))
 
-    async def embed_text(self, embedder_id: str, text: str) -> list[float]:
-        """``text`` embedded by one model, as plain floats (unknown id: ``NotFound``; full queue: 429)."""
-        (vector,) = await (await self.models.embedding_model(embedder_id)).embed([text])
+    async def embed_query(self, embedder_id: str, text: str) -> list[float]:
+        """A search query embedded by one model, as plain floats (unknown id: ``NotFound``; full queue:
+        429). Stored texts go through ``proxy.core.longterm`` as documents."""
+        (vector,) = await (await self.models.embedding_model(embedder_id)).embed([text], query=True)
         return [float(x) for x in vector]

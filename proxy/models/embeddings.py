@@ -47,14 +47,16 @@ class RemoteEmbedder:
         # An explicit path (GoodMem's ``apiPath``) is used as given under the base URL.
         self.path = path if path is not None else api_path(client.settings.base_url, base, endpoint)
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
+        """``texts`` as vectors; ``query``: they are search queries (Cohere embeds them as
+        ``search_query``, documents as ``search_document``; the other formats make no difference)."""
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])
-            vectors.extend(await self._embed_batch(batch))
+            vectors.extend(await self._embed_batch(batch, query))
         return vectors
 
-    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+    async def _embed_batch(self, batch: list[str], query: bool) -> list[list[float]]:
         raw: Any
         if self.wire == "openai":
             answer = await self.client.post_json(self.path, {"model": self.model, "input": batch})
@@ -63,7 +65,7 @@ class RemoteEmbedder:
             body = {
                 "model": self.model,
                 "texts": batch,
-                "input_type": "search_document",
+                "input_type": "search_query" if query else "search_document",
                 "embedding_types": ["float"],
             }
             answer = await self.client.post_json(self.path, body)

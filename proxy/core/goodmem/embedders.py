@@ -56,7 +56,7 @@ __all__ = [
     "canonical_embedder_id",
     "create_embedder",
     "delete_embedder",
-    "embed_text",
+    "embed_query",
     "find_local",
     "get_embedder",
     "list_embedders",
@@ -158,10 +158,11 @@ async def resolve_embedder(
     return ref
 
 
-async def embed_text(gm: GoodMem, embedder_ids: Iterable[str], text: str) -> dict[str, list[float]]:
-    """``text`` embedded once by each distinct embedder, concurrently, by id (a full queue: 429)."""
+async def embed_query(gm: GoodMem, embedder_ids: Iterable[str], text: str) -> dict[str, list[float]]:
+    """A retrieve's query embedded once by each distinct embedder, concurrently, by id (a full queue:
+    429)."""
     ids = list(dict.fromkeys(embedder_ids))
-    vectors = await gather([gm.svc.embed_text(e, text) for e in ids])
+    vectors = await gather([gm.svc.embed_query(e, text) for e in ids])
     return dict(zip(ids, vectors, strict=True))
 
 

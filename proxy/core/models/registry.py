@@ -120,7 +120,9 @@ class EmbeddingModel(Protocol):
     dimension: int | None  # None: a remote model that has not told yet (probe it with one text)
     local: bool
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    # ``query``: the texts are search queries, not documents to store. Asymmetric models embed the two
+    # differently (Cohere's input_type); the others ignore it.
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]: ...
 
 
 class RerankModel(Protocol):
@@ -149,7 +151,7 @@ class _LocalEmbedding:
     embedder: Any  # proxy.embedding.Embedder
     local: bool = True
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
         vectors = await self.embedder.embed(list(texts))
         return [[float(x) for x in v] for v in vectors]
 
@@ -161,8 +163,8 @@ class _RemoteEmbedding:
     remote: RemoteEmbedder
     local: bool = False
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return await self.remote.embed(texts) if texts else []
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
+        return await self.remote.embed(texts, query=query) if texts else []
 
 
 @dataclass
@@ -184,7 +186,8 @@ class ConnectorModel:
         )
         return await predict(self.client, self.action, body)
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
+        # A connector has one request template for both, as in ml-commons.
         if not texts:
             return []
         out = await self.predict({}, text_docs=list(texts))

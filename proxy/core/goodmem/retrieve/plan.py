@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.container_record import Container
 from proxy.core.goodmem.context import GoodMem
-from proxy.core.goodmem.embedders import canonical_embedder_id, embed_text
+from proxy.core.goodmem.embedders import canonical_embedder_id, embed_query
 from proxy.core.goodmem.memories import get_memory_records
 from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.retrieve.rank import (
@@ -134,7 +134,7 @@ class Retriever:
         return canonical_embedder_id(self.gm, embedder_id)
 
     async def embed(self, embedder_ids: Iterable[str], text: str) -> dict[str, list[float]]:
-        return await embed_text(self.gm, embedder_ids, text)
+        return await embed_query(self.gm, embedder_ids, text)
 
     async def search(self, search: VectorSearch) -> list[Hit]:
         return await semantic_search(self.gm.svc, search)
