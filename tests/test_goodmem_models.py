@@ -3,7 +3,7 @@
 
 Test doubles stand only at the network edge: the remote embedder is memproxy's own OpenAI endpoint (real
 all-MiniLM vectors, and it checks the API key the embedder's credentials carry), the reranker a small TEI
-``/rerank`` server written here (TEI's wire format), the LLM ``tests.support.fake_llm.FakeLLM``.
+``/rerank`` server (``tests.support.tei_reranker``), the LLM ``tests.support.fake_llm.FakeLLM``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -19,13 +18,13 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from aiohttp import web
 from goodmem import Goodmem
 from goodmem import errors as gerr
 
 from tests.conftest import ProxyProcess, free_port
 from tests.goodmem_helpers import root_api_key
 from tests.support.fake_llm import FakeLLM
+from tests.support.tei_reranker import TeiReranker
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -34,53 +33,6 @@ with warnings.catch_warnings():
     from goodmem_client.exceptions import ApiException
 
 pytestmark = pytest.mark.timeout(300)
-
-
-# --- a TEI reranker ----------------------------------------------------------------------------------------
-
-
-class TeiReranker:
-    """TEI's ``POST /rerank``: ``{"query", "texts"}`` → ``[{"index", "score"}]`` sorted by score; the score
-    is the share of the query's words found in the text. Records each call's Authorization header."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.calls: list[tuple[str | None, dict[str, Any]]] = []
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def _rerank(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.calls.append((request.headers.get("Authorization"), body))
-        if not isinstance(body.get("query"), str) or not isinstance(body.get("texts"), list):
-            return web.json_response({"error": "bad request", "error_type": "Validation"}, status=422)
-        words = set(body["query"].lower().split())
-        scores = [len(words & set(t.lower().split())) / max(len(words), 1) for t in body["texts"]]
-        ranked = sorted(enumerate(scores), key=lambda p: -p[1])
-        return web.json_response([{"index": i, "score": s} for i, s in ranked])
-
-    async def _start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/rerank", self._rerank)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    def __enter__(self) -> TeiReranker:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
 
 # --- fixtures ----------------------------------------------------------------------------------------------

@@ -132,6 +132,20 @@ def tenants(proxy_url: str, admin_key: str) -> Iterator[tuple[Tenant, Tenant, Re
             },
         ).json()["grantId"]
         user = admin.get(f"/v1/users/{alice.user_id}").json()
+        # A model of alice's own, for the routes that use a model by id (ping): bob may not read it. Nothing
+        # listens at its endpoint; a refusal comes before any call.
+        reranker = admin.post(
+            "/v1/rerankers",
+            headers=a,
+            json={
+                "displayName": "rt",
+                "providerType": "TEI",
+                "endpointUrl": "http://127.0.0.1:9",
+                "modelIdentifier": f"rt-{uuid.uuid4().hex[:6]}",
+            },
+        )
+        assert reranker.status_code == 201, reranker.text
+        reranker_id = reranker.json()["rerankerId"]
         values = {
             "/v1/spaces/": space,
             "/v1/memories/": memory["memoryId"],
@@ -176,9 +190,12 @@ def tenants(proxy_url: str, admin_key: str) -> Iterator[tuple[Tenant, Tenant, Re
                 "memories": [{"memory": "x"}]
             },
             ("PUT", MC + "/{memory_container_id}/memories/{memory_type}/{memory_id}"): {"memory": "x"},
+            ("POST", "/v1/ping:once"): {"targetId": reranker_id},
+            ("POST", "/v1/ping:stream"): {"targetId": reranker_id},
         }
         yield alice, bob, Resources(values, bodies)
         admin.delete(f"/v1/spaces/{space}")
+        admin.delete(f"/v1/rerankers/{reranker_id}")
         admin.delete(f"{MC}/{made}", params={"delete_all_memories": "true"})
 
 

@@ -15,11 +15,10 @@ not aiohttp cancels the handler itself), so no embedding or search keeps running
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 from multidict import MultiMapping
@@ -29,7 +28,12 @@ from proxy.api.goodmem.retrieve_body import parse_post_body
 from proxy.api.goodmem.retrieve_events import StreamFailure, grpc_code, retrieval_events, status_event
 from proxy.api.goodmem.retrieve_wire import parse_get_query
 from proxy.api.goodmem.state import principal, retriever
-from proxy.api.goodmem.streaming import STREAM_TERMINAL_HEADER, EventStream, negotiate_format
+from proxy.api.goodmem.streaming import (
+    EventStream,
+    negotiate_format,
+    parse_stream_terminal,
+    serve_stream,
+)
 from proxy.app_keys import SETTINGS
 from proxy.core.goodmem.records import MemoryRecord
 from proxy.core.goodmem.retrieve import RetrievalPlan, RetrieveRequest
@@ -49,10 +53,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_HEADER = "GoodMem-Timeout-Ms"
 MAX_TIMEOUT_MS = 86_400_000
-# How often the disconnect watcher looks at the connection (aiohttp offers no callback for it).
-DISCONNECT_POLL_S = 0.05
-
-T = TypeVar("T")
 
 routes = web.RouteTableDef()
 
@@ -78,64 +78,9 @@ def parse_timeout_ms(headers: MultiMapping[str]) -> int | None:
     return value
 
 
-def parse_stream_terminal(headers: MultiMapping[str]) -> bool:
-    """``GoodMem-Stream-Terminal``: ``true`` opts in; ``false`` or absent does not; anything else → 400."""
-    values = headers.getall(STREAM_TERMINAL_HEADER, [])
-    if not values:
-        return False
-    if len(values) > 1:
-        raise BadRequest(f"{STREAM_TERMINAL_HEADER} must be given once")
-    text = values[0].strip().lower()
-    if text not in ("true", "false"):
-        raise BadRequest(f"{STREAM_TERMINAL_HEADER} must be 'true'")
-    return text == "true"
-
-
 # --------------------------------------------------------------------------------------------------------
 # Handlers
 # --------------------------------------------------------------------------------------------------------
-
-
-def _client_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
-async def _watch_disconnect(request: web.Request) -> None:
-    while not _client_gone(request):
-        await asyncio.sleep(DISCONNECT_POLL_S)
-
-
-def _log_disconnect(request: web.Request) -> None:
-    log.info("client disconnected from %s %s; retrieval stopped", request.method, request.path)
-
-
-async def _until_disconnect(request: web.Request, work: Awaitable[T]) -> T | None:
-    """Run ``work``; cancel it (and so every embedding and search it awaits) if the client goes away.
-
-    Returns None when the client disconnected. If the handler itself is cancelled (aiohttp's
-    ``handler_cancellation``), the ``finally`` cancels the work just the same.
-    """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_watch_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        _log_disconnect(request)
-        return None
-    except asyncio.CancelledError:
-        # aiohttp's handler_cancellation got there first: the client is gone all the same.
-        _log_disconnect(request)
-        raise
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-        # Collect the work's outcome even when it ended on its own as the client left (a write to the
-        # closed socket): nobody is there to tell, and an unawaited failure is logged by asyncio.
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -231,15 +176,7 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
         assert response is not None
         return response
 
-    try:
-        result = await _until_disconnect(request, run())
-    except ConnectionResetError:  # the socket closed under a write, before the watcher saw it
-        _log_disconnect(request)
-        result = None
-    if result is None:
-        # Nobody is listening any more; hand aiohttp what was started, or an empty close.
-        return stream.response or web.Response(status=499)
-    return result
+    return await serve_stream(request, stream, run(), "retrieval")
 
 
 @routes.post("/v1/memories:retrieve")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from proxy.api.goodmem.retrieve import TIMEOUT_HEADER
 from proxy.api.goodmem.streaming import STREAM_TERMINAL_HEADER
 from proxy.api.openapi import Api, Operation, Raw
-from proxy.core.goodmem import providers
+from proxy.core.goodmem import ping, providers
 from proxy.core.goodmem.apikeys import LIFECYCLE_STATES
 from proxy.core.goodmem.grants import GRANTABLE
 from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES
@@ -651,6 +651,66 @@ class CredentialsQuery(_In):
     includeCredentials: bool | None = None
 
 
+# --- ping ------------------------------------------------------------------------------------------------
+
+
+class PingOnce(_In):
+    targetId: str = Field(
+        min_length=1, description="an embedder, reranker or LLM id (a UUID, or a built-in model's name)"
+    )
+    targetTypeHint: str | None = _enum(ping.TARGET_TYPES, optional=True)
+    payloadType: str | None = _enum(ping.PAYLOAD_TYPES, optional=True)
+    payload: str | None = Field(None, description="mutually exclusive with payloadSizeBytes")
+    payloadSizeBytes: int | None = Field(None, ge=0, le=ping.MAX_PAYLOAD_BYTES)
+    timeoutMs: int | None = Field(None, ge=0, le=ping.MAX_TIMEOUT_MS, description="0: 5000")
+
+
+class PingStreamBody(PingOnce):
+    count: int | None = Field(None, ge=0, le=ping.MAX_COUNT, description="0: 4")
+    intervalMs: int | None = Field(None, ge=0, le=ping.MAX_INTERVAL_MS, description="0: 1000")
+    maxInFlight: int | None = Field(None, ge=0, le=ping.MAX_IN_FLIGHT, description="0: 1")
+    jitter: bool | None = None
+    labels: Labels | None = None
+
+
+class PingEndpoint(_Out):
+    targetType: str
+    targetId: str
+    resolvedEndpoint: str
+    provider: str
+    modelIdentifier: str
+
+
+class PingTiming(_Out):
+    clientSendTimeUnixNanos: int
+    serverReceivedTimeUnixNanos: int
+    serverSendTimeUnixNanos: int
+    clientReceiveTimeUnixNanos: int
+
+
+class PingResult(_Out):
+    endpoint: PingEndpoint
+    seq: int
+    bytesSent: int
+    bytesReceived: int
+    ok: bool
+    httpStatus: int
+    errorMessage: str | None = None
+    rttMs: float
+    timing: PingTiming
+    metadata: dict[str, str] | None = None
+
+
+_PING_STREAM = Raw(
+    {"application/x-ndjson": {}, "text/event-stream": {}},
+    "One {result: PingResult} per probe as it finishes, then {summary: PingSummary}; NDJSON or server-sent "
+    "events (Accept chooses), as retrieve streams (docs/goodmem-api.md, Ping).",
+)
+_PING_HEADERS: dict[str, dict[str, Any]] = {
+    name: spec for name, spec in _STREAM_HEADERS.items() if name != TIMEOUT_HEADER
+}
+
+
 # --- access policy ---------------------------------------------------------------------------------------
 
 
@@ -844,6 +904,18 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/llms" + _ID): Operation("An LLM", {200: LLM}, query=CredentialsQuery),
     ("PUT", "/v1/llms" + _ID): Operation("Update an LLM", {200: LLM}, body=LLMUpdate),
     ("DELETE", "/v1/llms" + _ID): Operation("Delete an LLM", {204: None}),
+    # ping
+    ("POST", "/v1/ping:once"): Operation(
+        "One timed probe of an embedder, reranker or LLM (a failed probe is ok: false, still 200)",
+        {200: PingResult},
+        body=PingOnce,
+    ),
+    ("POST", "/v1/ping:stream"): Operation(
+        "Timed probes of a model, streamed as each finishes, then a summary",
+        {200: _PING_STREAM},
+        body=PingStreamBody,
+        headers=_PING_HEADERS,
+    ),
     # access policy
     ("POST", "/v1/access-policy/grants"): Operation("Grant a permission", {201: Grant}, body=NewGrant),
     ("GET", "/v1/access-policy/grants"): Operation("List grants", {200: GrantList}, query=GrantQuery),

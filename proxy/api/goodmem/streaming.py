@@ -1,4 +1,5 @@
-"""NDJSON and SSE framing for GoodMem's streamed retrieve (docs/goodmem-retrieve.md).
+"""NDJSON and SSE framing for GoodMem's streamed answers (retrieve, docs/goodmem-retrieve.md; ping), and the
+watch that stops a stream's work when its client goes away.
 
 The writers know nothing about retrieval: they take event objects (plain JSON dicts produced by
 ``proxy.core.goodmem.retrieve``), frame them, and write each one to the socket as soon as it is given, so
@@ -16,11 +17,17 @@ Terminal outcome (the GoodMem-Stream-Terminal design of docs/goodmem-retrieve.md
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from proxy.api import body as body_reader
+from proxy.errors import BadRequest
 
 __all__ = [
     "NDJSON",
@@ -30,10 +37,18 @@ __all__ = [
     "StreamFormat",
     "completed_record",
     "error_record",
+    "log_disconnect",
     "ndjson_line",
     "negotiate_format",
+    "parse_stream_terminal",
+    "serve_stream",
     "sse_frame",
+    "until_disconnect",
 ]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 StreamFormat = Literal["ndjson", "sse"]
 NDJSON: StreamFormat = "ndjson"
@@ -42,6 +57,9 @@ SSE: StreamFormat = "sse"
 NDJSON_TYPE = "application/x-ndjson"
 SSE_TYPE = "text/event-stream"
 STREAM_TERMINAL_HEADER = "GoodMem-Stream-Terminal"
+
+# How often the disconnect watcher looks at the connection (aiohttp offers no callback for it).
+DISCONNECT_POLL_S = 0.05
 
 # Every data frame is named "item", as in GoodMem's SSE example; the old client only looks at the name to
 # skip "close", so the name carries no meaning beyond that.
@@ -82,6 +100,19 @@ def negotiate_format(accept: str | None) -> StreamFormat:
         elif media == NDJSON_TYPE:
             q_ndjson = max(q_ndjson, q)
     return SSE if q_sse > 0 and q_sse >= q_ndjson else NDJSON
+
+
+def parse_stream_terminal(headers: MultiMapping[str]) -> bool:
+    """``GoodMem-Stream-Terminal``: ``true`` opts in; ``false`` or absent does not; anything else → 400."""
+    values = headers.getall(STREAM_TERMINAL_HEADER, [])
+    if not values:
+        return False
+    if len(values) > 1:
+        raise BadRequest(f"{STREAM_TERMINAL_HEADER} must be given once")
+    text = values[0].strip().lower()
+    if text not in ("true", "false"):
+        raise BadRequest(f"{STREAM_TERMINAL_HEADER} must be 'true'")
+    return text == "true"
 
 
 def _compact(obj: Any) -> str:
@@ -182,3 +213,65 @@ class EventStream:
     async def _end(self) -> None:
         response = await self.open()
         await response.write_eof()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Disconnects
+# --------------------------------------------------------------------------------------------------------
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _watch_disconnect(request: web.Request) -> None:
+    while not _client_gone(request):
+        await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+def log_disconnect(request: web.Request, what: str) -> None:
+    log.info("client disconnected from %s %s; %s stopped", request.method, request.path, what)
+
+
+async def until_disconnect(request: web.Request, work: Awaitable[T], what: str) -> T | None:
+    """Run ``work``; cancel it (and so every model call and search it awaits) if the client goes away.
+
+    Returns None when the client disconnected (logged as "``what`` stopped"). If the handler itself is
+    cancelled (aiohttp's ``handler_cancellation``), the ``finally`` cancels the work just the same.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_watch_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        log_disconnect(request, what)
+        return None
+    except asyncio.CancelledError:
+        # aiohttp's handler_cancellation got there first: the client is gone all the same.
+        log_disconnect(request, what)
+        raise
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+        # Collect the work's outcome even when it ended on its own as the client left (a write to the
+        # closed socket): nobody is there to tell, and an unawaited failure is logged by asyncio.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def serve_stream(
+    request: web.Request, stream: EventStream, work: Awaitable[web.StreamResponse], what: str
+) -> web.StreamResponse:
+    """A streamed answer's handler end: ``work`` (which opens ``stream`` and writes it) run until the
+    client goes away; then whatever was started, or an empty close, is handed back to aiohttp."""
+    try:
+        result = await until_disconnect(request, work, what)
+    except ConnectionResetError:  # the socket closed under a write, before the watcher saw it
+        log_disconnect(request, what)
+        result = None
+    if result is None:
+        return stream.response or web.Response(status=499)
+    return result
