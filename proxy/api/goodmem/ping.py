@@ -124,6 +124,7 @@ class PingStreamBody(PingOnceBody):
         raw_field("maxInFlight")
     )
     jitter: Annotated[bool, BeforeValidator(_jitter)] = wire_field("jitter")
+    # Checked as GoodMem labels, then unused: memproxy keeps no record of a ping session.
     labels: Annotated[dict[str, str], labels_field()] = wire_field("labels")
 
     def to_core(self) -> core.PingRequest:
@@ -133,7 +134,6 @@ class PingStreamBody(PingOnceBody):
             interval_ms=self.interval_ms or core.DEFAULT_INTERVAL_MS,
             max_in_flight=self.max_in_flight or 1,
             jitter=self.jitter,
-            labels=self.labels,
         )
 
 

@@ -117,7 +117,6 @@ class PingRequest:
     interval_ms: int = 0
     max_in_flight: int = 1
     jitter: bool = False
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 # --- targets -----------------------------------------------------------------------------------------------
