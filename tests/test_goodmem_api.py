@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -401,6 +402,85 @@ def test_batch_list_filter_delete(gm: Goodmem, embedder_id: str) -> None:
             ]
         )
         assert deleted.total_deleted == 5 and [r.deleted_count for r in deleted.results] == [1, 4]
+        assert not list(gm.memories.list(space_id=sp.space_id))
+    finally:
+        gm.spaces.delete(id=sp.space_id)
+
+
+def test_paging_and_selector_delete_reach_past_ten_thousand(
+    gm: Goodmem, http: httpx.Client, embedder_id: str
+) -> None:
+    """More memories than OpenSearch's 10 000-hit window, half of them created in the same millisecond: every
+    one is listed exactly once and in order, in two sort orders, and one selector deletes them all."""
+    sp = gm.spaces.create(name=f"deep-{uuid.uuid4().hex[:8]}", space_embedders=[{"embedder_id": embedder_id}])
+    try:
+        real = {
+            gm.memories.create(
+                space_id=sp.space_id, original_content=f"deep paging {i}", content_type="text/plain"
+            ).memory_id
+            for i in range(3)
+        }
+        exported = [
+            json.loads(line)
+            for line in http.get(f"/_memproxy/containers/{sp.space_id}/_export").text.splitlines()
+        ]
+        chunk = next(line["source"] for line in exported if line.get("kind") == "long-term")
+        # Memories written through the OpenSearch API (no GoodMem record): the admin import writes them in
+        # bulk. Their vectors are left out: the listing never reads them, and they would only cost time.
+        base = {k: v for k, v in chunk.items() if not k.startswith("memory_embedding") and k != "memory_id"}
+        tie = chunk["created_time"]
+        count = 10_150
+        lines = [exported[0]] + [
+            {
+                "kind": "long-term",
+                "id": f"deep-{i:05d}",
+                "source": {
+                    **base,
+                    "memory": f"imported {i}",
+                    "created_time": tie if i % 2 else tie - 1000 - i,
+                },
+            }
+            for i in range(count)
+        ]
+        resp = http.post(
+            f"/_memproxy/containers/{sp.space_id}/_import", content="\n".join(json.dumps(x) for x in lines)
+        )
+        assert resp.status_code == 200 and resp.json()["imported"] == count, resp.text
+        expected = real | {f"deep-{i:05d}" for i in range(count)}
+
+        newest_first = list(gm.memories.list(space_id=sp.space_id, page_size=500))
+        assert len(newest_first) == len(expected) and {m.memory_id for m in newest_first} == expected
+        created = [m.created_at for m in newest_first]
+        assert created == sorted(created, reverse=True)
+
+        # content_type: the records' "text/plain", then the imported memories, which have none (null sort
+        # values carried in the token), told apart only by the last keys of the order.
+        seen: list[str] = []
+        token = ""
+        while True:
+            params = {
+                "sortBy": "content_type",
+                "sortOrder": "ASCENDING",
+                "maxResults": "500",
+                "nextToken": token,
+            }
+            page = http.get(f"/v1/spaces/{sp.space_id}/memories", params=params)
+            assert page.status_code == 200, page.text
+            seen += [m["memoryId"] for m in page.json()["memories"]]
+            token = page.json().get("nextToken")
+            if not token:
+                break
+        assert len(seen) == len(expected) and set(seen) == expected and set(seen[:3]) == real
+
+        first = http.get(f"/v1/spaces/{sp.space_id}/memories", params={"maxResults": 2}).json()["nextToken"]
+        other_order = http.get(
+            f"/v1/spaces/{sp.space_id}/memories", params={"nextToken": first, "sortBy": "updated_at"}
+        )
+        assert other_order.status_code == 400
+        assert "Invalid nextToken" in other_order.json()["error"]
+
+        deleted = gm.memories.batch_delete(requests=[{"filter_selector": {"space_id": sp.space_id}}])
+        assert deleted.total_deleted == len(expected)
         assert not list(gm.memories.list(space_id=sp.space_id))
     finally:
         gm.spaces.delete(id=sp.space_id)

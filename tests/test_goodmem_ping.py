@@ -221,8 +221,8 @@ def test_a_probe_past_its_timeout_is_a_timed_out_probe(gm: Goodmem, http: httpx.
             result = PingResult.model_validate(resp.json())
             assert result.ok is False and result.http_status == 504
             assert result.error_message == "no answer within the probe timeout of 400 ms"
-            # uvloop's timers run on the loop's cached millisecond clock (uv_now), so a 400 ms deadline can end
-            # up to about a millisecond early by a precise clock: the bound allows that, no more.
+            # uvloop's timers run on the loop's cached millisecond clock (uv_now), so a 400 ms deadline can
+            # end up to about a millisecond early by a precise clock: the bound allows that, no more.
             assert 398 <= result.rtt_ms < 3000
             stream = http.post(
                 "/v1/ping:stream",

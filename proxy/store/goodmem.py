@@ -77,7 +77,9 @@ def _query(where: Filter) -> dict[str, Any]:
 @dataclass(frozen=True)
 class SpaceOrder:
     """The order of a space's memories: by ``field`` (a field both kinds of memory share), then by
-    ``created_time`` the same way, then by ``memory_id``."""
+    ``created_time`` the same way, then by ``memory_id`` (a record's) and ``_id`` (what tells long-term
+    documents without a record apart). The order is total, so a page can start after the sort values of the
+    previous page's last memory (``search_after``), at any depth."""
 
     field: str
     descending: bool = True
@@ -89,6 +91,7 @@ class SpaceOrder:
             {self.field: {"order": direction, "unmapped_type": unmapped}},
             {"created_time": {"order": direction, "unmapped_type": "date"}},
             {"memory_id": {"order": "asc", "unmapped_type": "keyword"}},
+            {"_id": {"order": "asc"}},
         ]
 
 
@@ -243,16 +246,17 @@ class GoodMemIndices:
         status: str | None = None,
         metadata: Filter | None = None,
         size: int,
-        start: int = 0,
-        order: SpaceOrder | None = None,
+        order: SpaceOrder,
+        after: Sequence[Any] | None = None,
         include_content: bool = False,
         ids_only: bool = False,
     ) -> list[dict[str, Any]]:
         """The memories of one space, in one search: its memory records and the documents of its long-term
         index that have no record (written through the OpenSearch API; always COMPLETED, as they are
-        embedded when written), filtered by ``status`` and ``metadata``, sorted by ``order`` (hits carry
-        ``_index``). Without vectors or ``metadata_index``, and without the content unless
-        ``include_content``; ``ids_only`` keeps just the fields that identify a memory."""
+        embedded when written), filtered by ``status`` and ``metadata``, in ``order``, from just after the
+        sort values ``after`` (hits carry ``_index`` and their ``sort`` values). Without vectors or
+        ``metadata_index``, and without the content unless ``include_content``; ``ids_only`` keeps just the
+        fields that identify a memory."""
         await self.ensure(MEMORIES)
         records = all_of(
             [
@@ -273,11 +277,9 @@ class GoodMemIndices:
                 ]
             )
             branches.append(long_term)
-        body: dict[str, Any] = {"size": size, "query": _query(Or(tuple(branches)))}
-        if start:
-            body["from"] = start
-        if order is not None:
-            body["sort"] = order.spec()
+        body: dict[str, Any] = {"size": size, "query": _query(Or(tuple(branches))), "sort": order.spec()}
+        if after is not None:
+            body["search_after"] = list(after)
         if ids_only:
             body["_source"] = ["memory_id", "space_id", "memory_container_id", "created_time"]
         else:

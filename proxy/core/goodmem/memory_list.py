@@ -2,8 +2,9 @@
 long-term documents that have no record (memories written through the OpenSearch API).
 
 Both kinds share ``created_time`` / ``last_updated_time`` and ``metadata_index``, so one query sorts, filters
-and pages them together. Pages use an opaque offset token (so at most 10 000 memories are reachable by
-paging).
+and pages them together. A page's token holds the sort values of the memory it ended with, and the next page
+starts just after them (``search_after``): every memory is reachable however deep the list, and a memory
+added or deleted meanwhile shifts no other memory into or out of a later page, as an offset would.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.memories import ItemResult, delete_memory, delete_records
 from proxy.core.goodmem.metadata import compile_metadata_filter
-from proxy.core.goodmem.paging import Page, Window
+from proxy.core.goodmem.paging import Page, Window, decode_token, encode_token
 from proxy.core.goodmem.records import MemoryRecord, record_from_long_term
 from proxy.core.goodmem.spaces import read_space
 from proxy.core.identity import Principal, can_access_space
@@ -41,7 +42,8 @@ SORT_FIELDS = {
     "content_type": "content_type",
     "processing_status": "processing_status",
 }
-_MAX_WINDOW = 10_000
+# A selector's memories are found and deleted this many at a time.
+_DELETE_PAGE = 1_000
 
 
 @dataclass(frozen=True)
@@ -95,44 +97,75 @@ async def _records(gm: GoodMem, hits: list[dict[str, Any]]) -> list[MemoryRecord
     return out
 
 
+def _after(token: str | None, order: SpaceOrder) -> list[Any] | None:
+    """The sort values a page starts after, from a token issued for the same order (another order's values
+    would place the page nowhere meaningful)."""
+    state = decode_token(token)
+    if not state:
+        return None
+    after = state.get("a")
+    if (
+        state.get("s") != [order.field, order.descending]
+        or not isinstance(after, list)
+        or len(after) != len(order.spec())
+        or not all(v is None or isinstance(v, (str, int, float)) for v in after)
+    ):
+        raise BadRequest("Invalid nextToken: it belongs to another list or sort order")
+    return after
+
+
 async def list_memories(
     gm: GoodMem, principal: Principal, space_id: str, query: MemoryQuery
 ) -> Page[MemoryRecord]:
     """Memories of a space the caller may list (LIST_MEMORY) and read (READ_MEMORY, else an empty page)."""
     container = await read_space(gm, principal, space_id, "LIST_MEMORY")
     clause = _clause(query.filter)
-    window = Window.of(query.max_results, query.next_token, default=50, high=500)
+    order = SpaceOrder(query.sort_field, query.descending)
+    after = _after(query.next_token, order)
+    size = Window.of(query.max_results, None, default=50, high=500).size
     if not await can_access_space(gm, principal, container, "READ_MEMORY"):
         return Page()
-    if window.end > _MAX_WINDOW:
-        raise BadRequest(
-            f"Paging is limited to the first {_MAX_WINDOW} memories; narrow the list with a filter"
-        )
-    start, size = window.probe()
     hits = await gm.docs.space_memories(
         container.id,
         container.index_name("long-term"),
         status=query.status,
         metadata=clause,
-        start=start,
-        size=size,
-        order=SpaceOrder(query.sort_field, query.descending),
+        size=size + 1,  # one more than the page tells whether another page exists
+        order=order,
+        after=after,
         include_content=query.include_content,
     )
-    return window.page(await _records(gm, hits))
+    token = None
+    if len(hits) > size:
+        hits = hits[:size]
+        token = encode_token({"s": [order.field, order.descending], "a": hits[-1]["sort"]})
+    return Page(items=await _records(gm, hits), next_token=token)
 
 
 async def _delete_selected(gm: GoodMem, principal: Principal, selector: MemorySelector) -> int:
+    """Every memory the selector matches, a page at a time; a page is deleted before the next is read."""
     container = await read_space(gm, principal, selector.space_id, "DELETE_MEMORY")
-    hits = await gm.docs.space_memories(
-        container.id,
-        container.index_name("long-term"),
-        status=selector.status,
-        metadata=_clause(selector.filter),
-        size=_MAX_WINDOW,
-        ids_only=True,
-    )
-    return await delete_records(gm, container, await _records(gm, hits))
+    clause = _clause(selector.filter)
+    order = SpaceOrder("created_time")
+    deleted = 0
+    after: list[Any] | None = None
+    while True:
+        hits = await gm.docs.space_memories(
+            container.id,
+            container.index_name("long-term"),
+            status=selector.status,
+            metadata=clause,
+            size=_DELETE_PAGE,
+            order=order,
+            after=after,
+            ids_only=True,
+        )
+        if not hits:
+            return deleted
+        deleted += await delete_records(gm, container, await _records(gm, hits))
+        if len(hits) < _DELETE_PAGE:
+            return deleted
+        after = hits[-1]["sort"]
 
 
 async def batch_delete_memories(
