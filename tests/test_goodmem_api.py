@@ -478,6 +478,12 @@ def test_paging_and_selector_delete_reach_past_ten_thousand(
         )
         assert other_order.status_code == 400
         assert "Invalid nextToken" in other_order.json()["error"]
+        forged = base64.urlsafe_b64encode(
+            json.dumps({"s": ["created_time", True], "a": ["not a time", 1, "a", "b"]}).encode()
+        )
+        wrong_values = http.get(f"/v1/spaces/{sp.space_id}/memories", params={"nextToken": forged.decode()})
+        assert wrong_values.status_code == 400, wrong_values.text
+        assert "Invalid nextToken" in wrong_values.json()["error"]
 
         deleted = gm.memories.batch_delete(requests=[{"filter_selector": {"space_id": sp.space_id}}])
         assert deleted.total_deleted == len(expected)

@@ -94,6 +94,25 @@ class SpaceOrder:
             {"_id": {"order": "asc"}},
         ]
 
+    def accepts(self, values: Any) -> bool:
+        """Whether ``values`` can be a hit's sort values in this order (a page token's, say, which the
+        node would otherwise refuse as "all shards failed"): times are epoch milliseconds (a missing one
+        sorts as a number too), keywords strings or null (missing), and ``_id`` a string."""
+        if not isinstance(values, list) or len(values) != 4:
+            return False
+        first, created, memory_id, doc_id = values
+        first_ok = _is_millis(first) if "time" in self.field else first is None or isinstance(first, str)
+        return (
+            first_ok
+            and _is_millis(created)
+            and (memory_id is None or isinstance(memory_id, str))
+            and isinstance(doc_id, str)
+        )
+
+
+def _is_millis(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 def _hits(res: Mapping[str, Any]) -> list[dict[str, Any]]:
     hits: list[dict[str, Any]] = res.get("hits", {}).get("hits", [])

@@ -104,12 +104,7 @@ def _after(token: str | None, order: SpaceOrder) -> list[Any] | None:
     if not state:
         return None
     after = state.get("a")
-    if (
-        state.get("s") != [order.field, order.descending]
-        or not isinstance(after, list)
-        or len(after) != len(order.spec())
-        or not all(v is None or isinstance(v, (str, int, float)) for v in after)
-    ):
+    if state.get("s") != [order.field, order.descending] or not order.accepts(after):
         raise BadRequest("Invalid nextToken: it belongs to another list or sort order")
     return after
 
