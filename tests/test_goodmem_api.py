@@ -681,6 +681,59 @@ def test_permissions(gm: Goodmem, alice: User, bob: User, embedder_id: str, prox
         alice_gm.spaces.delete(id=sp.space_id)
 
 
+def test_space_ownership_transfer(gm: Goodmem, alice: User, bob: User, embedder_id: str) -> None:
+    """The owner or an administrator gives a space away: memories and grants stay, access moves."""
+    alice_id, alice_gm, _ = alice
+    bob_id, bob_gm, _ = bob
+    name = f"handover-{uuid.uuid4().hex[:8]}"
+    sp = alice_gm.spaces.create(name=name, space_embedders=[{"embedder_id": embedder_id}])
+    mem = alice_gm.memories.create(space_id=sp.space_id, original_content="handed over")
+    clash = bob_gm.spaces.create(name=name, space_embedders=[{"embedder_id": embedder_id}])
+    gone = gm.users.create(email=f"gone-{uuid.uuid4().hex[:8]}@example.com")
+    gm.users.delete(id=gone.user_id)
+    try:
+        with pytest.raises(gerr.PermissionDeniedError):  # bob cannot even read it
+            bob_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id})
+        grant = alice_gm.access_policy.grants.create(
+            audience={"principal_id": bob_id},
+            rule={
+                "operation": "UPDATE_SPACE",
+                "selector": "EXACT",
+                "assigned_resource": {"kind": "SPACE", "resource_id": sp.space_id},
+            },
+        )
+        bob_gm.spaces.update(id=sp.space_id, request={"merge_labels": {"by": "bob"}})
+        with pytest.raises(gerr.PermissionDeniedError):  # updating is not owning
+            bob_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id})
+        with pytest.raises(gerr.ConflictError):  # bob has a space of that name already
+            alice_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id})
+        for missing in (str(uuid.uuid4()), gone.user_id):
+            with pytest.raises(gerr.NotFoundError):
+                alice_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": missing})
+        bob_gm.spaces.delete(id=clash.space_id)
+
+        moved = alice_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id}).space
+        assert (moved.owner_id, moved.updated_by_id, moved.created_by_id) == (bob_id, alice_id, alice_id)
+        assert moved.labels == {"by": "bob"} and moved.name == name
+        assert bob_gm.memories.get(id=mem.memory_id, include_content=True).original_content == b"handed over"
+        assert sp.space_id in [s.space_id for s in bob_gm.spaces.list(owner_id=bob_id)]
+        with pytest.raises(gerr.PermissionDeniedError):  # alice kept no right of her own
+            alice_gm.memories.get(id=mem.memory_id)
+        with pytest.raises(gerr.PermissionDeniedError):
+            alice_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": alice_id})
+        assert [
+            g.grant_id for g in gm.access_policy.grants.list(resource_kind="SPACE", resource_id=sp.space_id)
+        ] == [grant.grant_id]
+
+        back = gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": alice_id}).space
+        assert back.owner_id == alice_id
+        assert alice_gm.memories.get(id=mem.memory_id).memory_id == mem.memory_id
+    finally:
+        gm.spaces.delete(id=sp.space_id)
+        with contextlib.suppress(gerr.NotFoundError):
+            gm.spaces.delete(id=clash.space_id)
+
+
 # --- bad input ------------------------------------------------------------------------------------
 
 

@@ -250,6 +250,14 @@ class SpaceUpdate(_In):
     spaceEmbedders: list[SpaceEmbedderIn] | None = Field(None, description="immutable: only the same list")
 
 
+class TransferOwnership(_In):
+    newOwnerId: UUID
+
+
+class TransferredSpace(_Out):
+    space: Space
+
+
 class SpaceQuery(Paging):
     ownerId: str | None = None
     nameFilter: str | None = None
@@ -819,6 +827,11 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/spaces" + _ID): Operation("A space", {200: Space}),
     ("PUT", "/v1/spaces" + _ID): Operation("Update a space", {200: Space}, body=SpaceUpdate),
     ("DELETE", "/v1/spaces" + _ID): Operation("Delete a space and its memories", {204: None}),
+    ("POST", "/v1/spaces/{id}:transferOwnership"): Operation(
+        "Give a space to another user (its owner or an administrator)",
+        {200: TransferredSpace},
+        body=TransferOwnership,
+    ),
     # memories
     ("POST", "/v1/memories"): Operation(
         "Create a memory (JSON, or multipart with a file)",

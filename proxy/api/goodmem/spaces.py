@@ -28,6 +28,7 @@ from proxy.api.goodmem.wire import (
 )
 from proxy.core.goodmem import spaces as core
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, ChunkingConfig, parse_chunking
+from proxy.core.goodmem.ids import check_uuid
 from proxy.core.goodmem.spaces import NewSpace, SpaceEmbedderSpec, SpaceUpdate
 from proxy.core.goodmem.validation import check_name
 from proxy.errors import BadRequest
@@ -168,6 +169,24 @@ async def update(request: web.Request) -> web.Response:
     who = await principal(request)
     req = SpaceUpdateBody.parse(await json_body(request)).to_core()
     return reply(space_json(await core.update_space(goodmem(request), who, request.match_info["id"], req)))
+
+
+def _new_owner(value: Any) -> str:
+    if value is None:
+        raise BadRequest("newOwnerId is required")
+    return check_uuid(value, "newOwnerId")
+
+
+class TransferBody(WireModel):
+    new_owner_id: Annotated[str, BeforeValidator(_new_owner)] = wire_field("newOwnerId")
+
+
+@routes.post("/v1/spaces/{id}:transferOwnership")
+async def transfer(request: web.Request) -> web.Response:
+    who = await principal(request)
+    body = TransferBody.parse(await json_body(request))
+    space = await core.transfer_space(goodmem(request), who, request.match_info["id"], body.new_owner_id)
+    return reply({"space": space_json(space)})
 
 
 @routes.delete("/v1/spaces/{id}")

@@ -50,6 +50,7 @@ __all__ = [
     "show_space",
     "space_chunking",
     "space_index_prefix",
+    "transfer_space",
     "update_space",
 ]
 
@@ -236,6 +237,11 @@ async def _name_taken(gm: GoodMem, name: str, owner: str, *, exclude: str | None
     return any(c.name == name and c.id != exclude and _owner(c, root) == owner for c in page.containers)
 
 
+async def _active_user(gm: GoodMem, user_id: str) -> bool:
+    doc = await gm.docs.get(USERS, user_id)
+    return doc is not None and not doc.get("deleted_at")
+
+
 async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Space:
     embedders: list[tuple[EmbedderRef, float]] = []
     for spec in req.embedders:
@@ -248,7 +254,7 @@ async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Spac
         owner = req.owner_id
         if owner != principal.user_id and not principal.is_admin:
             raise Forbidden("Permission denied: creating a space for another owner requires an administrator")
-        if await gm.docs.get(USERS, owner) is None:
+        if not await _active_user(gm, owner):
             raise NotFound("Owner not found")
     if await _name_taken(gm, req.name, owner):
         raise Conflict("A space with this name already exists")
@@ -360,6 +366,30 @@ async def update_space(gm: GoodMem, principal: Principal, space_id: str, req: Sp
         attrs["public_read"] = req.public_read
     attrs["updated_by_id"] = principal.user_id
     updated, _ = await update_container_core(gm.svc, container.id, name=req.name, goodmem=attrs)
+    return Space.of(updated, root)
+
+
+async def transfer_space(gm: GoodMem, principal: Principal, space_id: str, new_owner_id: str) -> Space:
+    """POST /v1/spaces/{id}:transferOwnership: the space's owner or an administrator gives it to another
+    active user. Only the owner and the update audit change; memories, embedders and grants stay as they are
+    (a grant to the old owner goes on granting)."""
+    container = await read_space(gm, principal, space_id)
+    root = await gm.instance.root_user_id()
+    current = Space.of(container, root)
+    # GoodMem: "the current space owner, the GoodMem instance owner, or an instance administrator"; a grant
+    # of UPDATE_SPACE (a space-scoped administrator) is not enough.
+    if not principal.is_admin and principal.user_id != current.owner_id:
+        raise Forbidden("Permission denied: only the space's owner or an administrator may transfer it")
+    if not await _active_user(gm, new_owner_id):
+        raise NotFound("New owner not found")
+    if new_owner_id != current.owner_id and await _name_taken(
+        gm, container.name, new_owner_id, exclude=container.id
+    ):
+        raise Conflict("The new owner already has a space with this name")
+    attrs = _gm(container) or {"created_by_id": current.owner_id, "public_read": False}
+    attrs["owner_id"] = new_owner_id
+    attrs["updated_by_id"] = principal.user_id
+    updated, _ = await update_container_core(gm.svc, container.id, goodmem=attrs)
     return Space.of(updated, root)
 
 
