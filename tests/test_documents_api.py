@@ -440,3 +440,68 @@ def test_multipart_batch_mixes_documents_and_text(http: httpx.Client, space: Any
     assert document["contentType"] == "application/pdf" and document["processingStatus"] == "PENDING"
     assert note["processingStatus"] == "COMPLETED"  # short text is processed within the request
     assert wait_done(http, document["memoryId"])["processingStatus"] == "COMPLETED"
+
+
+def test_an_administrator_purges_ended_background_jobs(
+    gm: Goodmem, http: httpx.Client, space: Any, proxy_url: str
+) -> None:
+    """``admin.background_jobs.purge``: a dry run counts, a purge deletes the jobs that ended before the
+    cutoff (the memory keeps its content, only its processing history goes), and only administrators may.
+
+    Last in this module: the purge takes every job of the session that ended before the cutoff, and no test
+    after it reads one."""
+    from datetime import UTC, datetime, timedelta
+
+    html = files.html_page("<p>A job-processed note about the purge.</p>")
+    made = gm.memories.create(
+        space_id=space.space_id,
+        original_content_b64=base64.b64encode(html).decode(),
+        content_type="text/html",
+    )
+    done = wait_done(http, made.memory_id)
+    assert done["processingHistory"]["latestJob"]["status"] == "BACKGROUND_JOB_SUCCEEDED"
+    cutoff = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    time.sleep(1.1)  # the job ended before the cutoff, and the cutoff is past
+
+    dry = gm.admin.background_jobs.purge(
+        older_than=cutoff, statuses=["BACKGROUND_JOB_SUCCEEDED"], dry_run=True
+    )
+    assert dry.dry_run is True and dry.jobs_purged >= 1
+    assert dry.attempts_purged >= dry.jobs_purged and 1 <= dry.references_purged <= dry.jobs_purged
+    assert http.get(f"/v1/memories/{made.memory_id}", params={"includeProcessingHistory": "true"}).json()[
+        "processingHistory"
+    ]
+    assert (
+        gm.admin.background_jobs.purge(older_than=cutoff, statuses=["BACKGROUND_JOB_CANCELED"]).jobs_purged
+        == 0
+    )
+    assert gm.admin.background_jobs.purge(older_than="2000-01-01T00:00:00Z").jobs_purged == 0
+    alias = http.post(
+        "/v1/admin/background-jobs:purge",
+        json={"olderThan": cutoff, "statuses": ["SUCCEEDED"], "dryRun": True},
+    )
+    assert alias.status_code == 200 and alias.json()["jobsPurged"] == dry.jobs_purged, alias.text
+
+    purged = gm.admin.background_jobs.purge(older_than=cutoff)
+    assert purged.dry_run is False and purged.jobs_purged >= dry.jobs_purged
+    after = http.get(f"/v1/memories/{made.memory_id}", params={"includeProcessingHistory": "true"})
+    assert after.status_code == 200 and "processingHistory" not in after.json()
+    assert after.json()["processingStatus"] == "COMPLETED"
+    assert gm.admin.background_jobs.purge(older_than=cutoff, dry_run=True).jobs_purged == 0
+
+    for body in (
+        {},
+        {"olderThan": "yesterday"},
+        {"olderThan": 5},
+        {"olderThan": cutoff, "limit": -1},
+        {"olderThan": cutoff, "statuses": ["RUNNING"]},
+        {"olderThan": cutoff, "dryRun": "yes"},
+    ):
+        bad = http.post("/v1/admin/background-jobs:purge", json=body)
+        assert bad.status_code == 400, (body, bad.text)
+    user = gm.users.create(email=f"purge-{uuid.uuid4().hex[:8]}@example.com")
+    key = gm.apikeys.create(subject_principal_id=user.user_id).raw_api_key
+    refused = httpx.post(
+        f"{proxy_url}/v1/admin/background-jobs:purge", headers={"x-api-key": key}, json={"olderThan": cutoff}
+    )
+    assert refused.status_code == 403, refused.text

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from proxy.config import Settings, parse_settings
+from proxy.core import jobs as jobs_module
 from proxy.core.jobs import (
     COMPLETED,
     FAILED,
@@ -39,6 +40,7 @@ from proxy.core.jobs import (
     JobQueue,
     JobRunner,
     PermanentJobError,
+    Purged,
     UnknownJob,
     backoff_s,
 )
@@ -253,6 +255,51 @@ async def test_jobs_past_their_retention_are_deleted_and_no_other(queue: JobQueu
     assert (await queue.get(pending.job_id)).state == PENDING
     # A retention longer than every job's age deletes nothing.
     assert await queue.purge_finished(10 * 365 * 86_400) == 0
+
+
+async def test_a_purge_takes_the_oldest_ended_jobs_it_selects_and_counts_them(
+    queue: JobQueue, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admin purge: by state, oldest first up to a limit, across batches; a dry run deletes nothing;
+    running and pending jobs never go."""
+    monkeypatch.setattr(jobs_module, "PURGE_BATCH", 2)  # several batches from a handful of jobs
+
+    async def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        if payload.get("fail"):
+            raise PermanentJobError("no", stage="s")
+
+    async with runner(queue, {kind: handler}):
+        done = [await queue.enqueue(kind, {}, subject=f"memory-{i}") for i in range(4)]
+        failed = [await queue.enqueue(kind, {"fail": True}) for _ in range(2)]
+        for job in done + failed:
+            assert (await queue.wait(job.job_id, timeout_s=10)).done
+    pending = await queue.enqueue(kind, {})
+    # Finished one minute apart, oldest first in this order: done[0..3], failed[0..1].
+    base = int(time.time() * 1000) - 3_600_000
+    for i, job in enumerate(done + failed):
+        await queue.docs.store.request(
+            "POST",
+            url(queue.docs.index, "_update", job.job_id),
+            body={"doc": {"finished_at": base + i * 60_000}},
+            params={"refresh": "true"},
+        )
+    now = int(time.time() * 1000)
+
+    dry = await queue.purge(now, dry_run=True)
+    assert dry == Purged(jobs=6, attempts=6, references=4)
+    assert await queue.purge(base, dry_run=True) == Purged()  # nothing ended before the oldest
+    assert all([await queue.docs.get(j.job_id) is not None for j in done + failed])
+
+    assert await queue.purge(now, states=(FAILED,)) == Purged(jobs=2, attempts=2, references=0)
+    assert await _missing(queue, *(j.job_id for j in failed))
+    oldest = await queue.purge(now, limit=3)
+    assert oldest == Purged(jobs=3, attempts=3, references=3)
+    assert await _missing(queue, *(j.job_id for j in done[:3]))
+    assert (await queue.get(done[3].job_id)).state == COMPLETED
+    # PENDING or RUNNING are never purged, even when asked for by name.
+    assert await queue.purge(now + 86_400_000, states=(PENDING, RUNNING)) == Purged()
+    assert await queue.purge(now + 86_400_000) == Purged(jobs=1, attempts=1, references=1)
+    assert (await queue.get(pending.job_id)).state == PENDING
 
 
 async def _missing(queue: JobQueue, *job_ids: str) -> bool:

@@ -49,6 +49,7 @@ __all__ = [
     "JobRunner",
     "LeaseLost",
     "PermanentJobError",
+    "Purged",
     "UnknownJob",
     "backoff_s",
 ]
@@ -67,6 +68,8 @@ HANDOFF_S = 2.0
 _MAX_ERROR_CHARS = 2000
 # Ended attempts a job keeps (GoodMem's processingHistory.attempts); a job with more keeps its latest ones.
 HISTORY_LIMIT = 20
+# Ended jobs are found and deleted this many at a time (a purge of any size holds one batch in memory).
+PURGE_BATCH = 1000
 
 
 class UnknownJob(NotFound):
@@ -86,6 +89,16 @@ class PermanentJobError(Exception):
 class LeaseLost(Exception):
     """This process no longer owns the job (its lease expired and another process claimed it, or the job
     was removed): nothing it does for the job may be recorded any more."""
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What a purge removed (or, in a dry run, would remove): jobs, the attempts they made, and how many of
+    them named a subject (the memory or task they worked for; the link is part of the job)."""
+
+    jobs: int = 0
+    attempts: int = 0
+    references: int = 0
 
 
 @dataclass(frozen=True)
@@ -401,7 +414,34 @@ class JobQueue:
 
     async def purge_finished(self, older_than_s: float) -> int:
         """Delete the jobs that ended (COMPLETED or FAILED) more than ``older_than_s`` ago; how many."""
-        return await self.docs.delete_finished(now_ms() - int(older_than_s * 1000))
+        return (await self.purge(now_ms() - int(older_than_s * 1000))).jobs
+
+    async def purge(
+        self,
+        before_ms: int,
+        *,
+        states: Sequence[str] = (COMPLETED, FAILED),
+        limit: int = 0,
+        dry_run: bool = False,
+    ) -> Purged:
+        """Delete the jobs in ``states`` (ended ones only) that finished before ``before_ms``, oldest first,
+        at most ``limit`` of them (0: all); ``dry_run`` counts them and deletes nothing."""
+        states = [s for s in states if s in (COMPLETED, FAILED)]  # running and pending jobs are never purged
+        jobs = attempts = references = 0
+        after: list[Any] | None = None
+        while states and (limit == 0 or jobs < limit):
+            size = PURGE_BATCH if limit == 0 else min(PURGE_BATCH, limit - jobs)
+            batch = await self.docs.finished(states, before_ms, size, after)
+            if not batch:
+                break
+            # Another process's retention may delete some of the batch first: count what this one removed.
+            jobs += len(batch) if dry_run else await self.docs.delete_ids([v.id for v in batch])
+            attempts += sum(int(v.source.get("attempts") or 0) for v in batch)
+            references += sum(1 for v in batch if v.source.get("subject"))
+            if len(batch) < size:
+                break
+            after = [batch[-1].source.get("finished_at"), batch[-1].id]
+        return Purged(jobs=jobs, attempts=attempts, references=references)
 
     async def recent_failures(self, limit: int = 5) -> list[Job]:
         return [Job.from_doc(v.id, v.source) for v in await self.docs.latest(FAILED, limit)]

@@ -24,6 +24,7 @@ from proxy.store.client import (
 )
 from proxy.store.memories import delete_by_query, search
 from proxy.store.query import Range, Terms, all_of
+from proxy.store.query_dsl import compile_filter
 from proxy.store.templates import render_index_body
 from proxy.store.versioned import Versioned
 
@@ -189,10 +190,32 @@ class JobDocs:
         except IndexMissing:
             return []
 
-    async def delete_finished(self, before_ms: int) -> int:
-        """Delete the COMPLETED and FAILED jobs that finished before ``before_ms``; how many went."""
-        selection = all_of([Terms("state", ("COMPLETED", "FAILED")), Range("finished_at", lt=before_ms)])
-        result = await delete_by_query(self.store, self.index, selection, refresh=False, ignore_missing=True)
+    async def finished(
+        self, states: Sequence[str], before_ms: int, size: int, after: Sequence[Any] | None = None
+    ) -> list[Versioned]:
+        """Up to ``size`` jobs in ``states`` that finished before ``before_ms``, oldest first (then by id),
+        from just after the sort values ``after`` (``[finished_at, id]`` of the last one seen)."""
+        selection = all_of([Terms("state", tuple(states)), Range("finished_at", lt=before_ms)])
+        body: dict[str, Any] = {
+            "size": size,
+            "query": compile_filter(selection),
+            "sort": [{"finished_at": {"order": "asc"}}, {"_id": {"order": "asc"}}],
+            "_source": ["attempts", "subject", "finished_at"],
+        }
+        if after is not None:
+            body["search_after"] = list(after)
+        try:
+            return _hits(await search(self.store, self.index, body))
+        except IndexMissing:
+            return []
+
+    async def delete_ids(self, job_ids: Sequence[str]) -> int:
+        """Delete these jobs; how many there were."""
+        if not job_ids:
+            return 0
+        result = await delete_by_query(
+            self.store, self.index, Terms("_id", tuple(job_ids)), refresh=True, ignore_missing=True
+        )
         return int(result.get("deleted") or 0)
 
     async def count_by_state(self) -> dict[str, int]:

@@ -163,6 +163,7 @@ def tenants(proxy_url: str, admin_key: str) -> Iterator[tuple[Tenant, Tenant, Re
         bodies: dict[tuple[str, str], Any] = {
             ("PUT", "/v1/spaces/{id}"): {"name": "pwned"},
             ("POST", "/v1/spaces/{id}:transferOwnership"): {"newOwnerId": alice.user_id},
+            ("POST", "/v1/admin/background-jobs:purge"): {"olderThan": "2000-01-01T00:00:00Z"},
             ("PUT", "/v1/apikeys/{id}"): {"status": "INACTIVE"},
             ("PUT", "/v1/users/{id}"): {"displayName": "pwned"},
             ("PUT", "/v1/embedders/{id}"): {"displayName": "pwned"},

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from proxy.api.goodmem import (
     access,
+    admin,
     apikeys,
     embedders,
     memories,
@@ -32,6 +33,7 @@ def route_tables() -> list[web.RouteTableDef]:
     """Every GoodMem route table, in mounting order (literal paths before parameterised ones)."""
     return [
         system.routes,
+        admin.routes,
         apikeys.routes,
         users.routes,
         embedders.routes,

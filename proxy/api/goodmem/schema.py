@@ -250,6 +250,32 @@ class SpaceUpdate(_In):
     spaceEmbedders: list[SpaceEmbedderIn] | None = Field(None, description="immutable: only the same list")
 
 
+class PurgeJobs(_In):
+    olderThan: str = Field(description="ISO-8601 instant; jobs that ended before it are purged")
+    statuses: (
+        list[
+            Literal[
+                "BACKGROUND_JOB_SUCCEEDED",
+                "BACKGROUND_JOB_FAILED",
+                "BACKGROUND_JOB_CANCELED",
+                "SUCCEEDED",
+                "FAILED",
+                "CANCELED",
+            ]
+        ]
+        | None
+    ) = None
+    dryRun: bool | None = None
+    limit: int | None = Field(None, ge=0, description="0: no limit")
+
+
+class PurgedJobs(_Out):
+    jobsPurged: int
+    attemptsPurged: int
+    referencesPurged: int
+    dryRun: bool
+
+
 class TransferOwnership(_In):
     newOwnerId: UUID
 
@@ -799,6 +825,9 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         "Create the root user and key, once", {200: SystemInit}, public=True
     ),
     ("GET", "/v1/instance"): Operation("The instance and its owner", {200: Instance}),
+    ("POST", "/v1/admin/background-jobs:purge"): Operation(
+        "Delete ended background jobs older than a cutoff (administrators)", {200: PurgedJobs}, body=PurgeJobs
+    ),
     # users
     ("GET", "/v1/users/me"): Operation("The caller", {200: User}),
     ("GET", "/v1/users/email/{email}"): Operation("A user by email", {200: User}),
