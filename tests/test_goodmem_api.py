@@ -681,6 +681,101 @@ def test_permissions(gm: Goodmem, alice: User, bob: User, embedder_id: str, prox
         alice_gm.spaces.delete(id=sp.space_id)
 
 
+def test_access_policy_check_predicts_what_the_routes_do(
+    gm: Goodmem, alice: User, bob: User, embedder_id: str, proxy_url: str
+) -> None:
+    """Each answer of ``access_policy.check`` next to what the route itself then does, for a reader with
+    grants, the owner and an administrator."""
+    alice_id, alice_gm, _ = alice
+    bob_id, bob_gm, _ = bob
+    sp = alice_gm.spaces.create(
+        name=f"check-{uuid.uuid4().hex[:8]}", space_embedders=[{"embedder_id": embedder_id}]
+    )
+    mem = alice_gm.memories.create(space_id=sp.space_id, original_content="checked")
+    try:
+        for op, sel in (("LIST_MEMORY", "EXACT"), ("READ_MEMORY", "DIRECT_MEMBERS_OF")):
+            alice_gm.access_policy.grants.create(
+                audience={"principal_id": bob_id},
+                rule={
+                    "operation": op,
+                    "selector": sel,
+                    "assigned_resource": {"kind": "SPACE", "resource_id": sp.space_id},
+                },
+            )
+        space, memory = ("SPACE", sp.space_id), ("MEMORY", mem.memory_id)
+        cases: list[tuple[str, tuple[str, str | None], bool, bool, bool]] = [
+            # operation, target, bob (reader), alice (owner), root (admin)
+            ("READ_SPACE", space, True, True, True),
+            ("LIST_MEMORY", space, True, True, True),
+            ("CREATE_MEMORY", space, False, True, True),
+            ("UPDATE_SPACE", space, False, True, True),
+            ("DELETE_SPACE", space, False, True, True),
+            ("MANAGE_ACCESS", space, False, True, True),
+            ("TRANSFER_RESOURCE_OWNERSHIP", space, False, True, True),
+            ("READ_MEMORY", memory, True, True, True),
+            ("DELETE_MEMORY", memory, False, True, True),
+            ("READ_SPACE", ("SPACE", str(uuid.uuid4())), False, False, False),  # none such
+            ("READ_MEMORY", ("MEMORY", "not-a-uuid"), False, False, False),
+            ("CREATE_SPACE", ("INSTANCE", None), True, True, True),
+            ("CREATE_USER", ("INSTANCE", None), False, False, True),
+            ("PURGE_BACKGROUND_JOBS", ("INSTANCE", None), False, False, True),
+            ("READ_USER", ("USER", alice_id), False, True, True),
+            ("UPDATE_USER", ("USER", bob_id), True, False, True),
+            ("DELETE_USER", ("USER", bob_id), False, False, True),
+            ("READ_EMBEDDER", ("EMBEDDER", embedder_id), True, True, True),
+            ("EXECUTE_EMBEDDER", ("EMBEDDER", embedder_id), True, True, True),
+            ("DELETE_EMBEDDER", ("EMBEDDER", embedder_id), False, False, False),  # a start-up model
+            ("READ_EMBEDDER_CREDENTIALS", ("EMBEDDER", embedder_id), False, False, False),
+            ("READ_SERVICE_IDENTITY", ("SERVICE_IDENTITY", str(uuid.uuid4())), False, False, False),
+        ]
+        checks = [
+            {"operation": op, "target": {"kind": kind, **({"resource_id": rid} if rid else {})}}
+            for op, (kind, rid), *_ in cases
+        ]
+        answers = {
+            who: [r.allowed for r in client.access_policy.check(checks=checks).results]
+            for who, client in (("bob", bob_gm), ("alice", alice_gm), ("root", gm))
+        }
+        for i, (op, target, *expected) in enumerate(cases):
+            got = [answers[who][i] for who in ("bob", "alice", "root")]
+            assert got == expected, (op, target, got)
+
+        # The routes agree with bob's answers.
+        assert bob_gm.spaces.get(id=sp.space_id).space_id == sp.space_id
+        assert [m.memory_id for m in bob_gm.memories.list(space_id=sp.space_id)] == [mem.memory_id]
+        assert bob_gm.memories.get(id=mem.memory_id).memory_id == mem.memory_id
+        assert bob_gm.users.get(id=bob_id).user_id == bob_id
+        assert bob_gm.embedders.get(id=embedder_id).embedder_id == embedder_id
+        for denied in (
+            lambda: bob_gm.memories.create(space_id=sp.space_id, original_content="no"),
+            lambda: bob_gm.spaces.update(id=sp.space_id, request={"name": "no"}),
+            lambda: bob_gm.spaces.delete(id=sp.space_id),
+            lambda: bob_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id}),
+            lambda: bob_gm.memories.delete(id=mem.memory_id),
+            lambda: bob_gm.users.get(id=alice_id),
+            lambda: bob_gm.users.create(email=f"no-{uuid.uuid4().hex[:6]}@example.com"),
+        ):
+            with pytest.raises(gerr.PermissionDeniedError):
+                denied()
+        # ... and so do the owner's and the administrator's.
+        assert alice_gm.memories.delete(id=mem.memory_id) is None
+
+        bad_bodies: list[dict[str, Any]] = [
+            {"checks": []},
+            {"checks": [checks[0]] * 51},
+            {"checks": [{"operation": "FLY", "target": {"kind": "INSTANCE"}}]},
+            {"checks": [{"operation": "LIST_RETRIEVE_MEMORY_LOG_POLICY", "target": {"kind": "INSTANCE"}}]},
+            {"checks": [{"operation": "READ_SPACE", "target": {"kind": "SPACE"}}]},
+            {"checks": [{"operation": "READ_SPACE", "target": {"kind": "GALAXY", "resourceId": "x"}}]},
+        ]
+        with httpx.Client(base_url=proxy_url, headers={"x-api-key": bob[2]}) as http_bob:
+            for body in bad_bodies:
+                bad = http_bob.post("/v1/access-policy:check", json=body)
+                assert bad.status_code == 400, (body, bad.text)
+    finally:
+        gm.spaces.delete(id=sp.space_id)
+
+
 def test_space_ownership_transfer(gm: Goodmem, alice: User, bob: User, embedder_id: str) -> None:
     """The owner or an administrator gives a space away: memories and grants stay, access moves."""
     alice_id, alice_gm, _ = alice

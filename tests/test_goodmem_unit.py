@@ -365,3 +365,14 @@ def test_processing_history_lists_every_attempt_and_the_running_one() -> None:
     assert attempts[1]["statusMessage"] == "EXTRACTING_TEXT > GENERATING_EMBEDDINGS"
     assert attempts[2]["statusMessage"] == "EXTRACTING_TEXT" and attempts[2]["workerId"] == "w3"
     assert "failureStage" not in attempts[0] and "lost its lease" in attempts[0]["errorMessage"]
+
+
+def test_access_checks_name_the_sdks_operations_and_resource_kinds() -> None:
+    """``access-policy:check`` accepts exactly the operations and target kinds the Gen B SDK can send."""
+    from goodmem.models.operation import Operation
+    from goodmem.models.resource_kind import ResourceKind
+
+    from proxy.core.goodmem.checks import OPERATIONS, RESOURCE_KINDS
+
+    assert {o.value for o in Operation} == OPERATIONS
+    assert set(RESOURCE_KINDS) == {k.value for k in ResourceKind}

@@ -51,6 +51,8 @@ SELF_SERVICE = {
     ("POST", "/v1/spaces"),
     ("GET", "/v1/spaces"),
     ("GET", "/v1/access-policy/grants"),
+    # A check answers about the caller's own rights, and says "false" for what they may not see.
+    ("POST", "/v1/access-policy:check"),
     ("*", "/v1/{tail}"),
     ("*", "/v1"),
     # OCR reads nothing stored and stores nothing: any authenticated caller may use it.

@@ -1,5 +1,6 @@
 """``/v1/access-policy/grants``: grant / list / get / revoke space permissions (Gen B access policy
-subset); the grant body as a wire model, read into ``proxy.core.goodmem.grants.NewGrant``."""
+subset); the grant body as a wire model, read into ``proxy.core.goodmem.grants.NewGrant``. And
+``/v1/access-policy:check``: whether the caller may perform operations (``proxy.core.goodmem.checks``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ from proxy.api.goodmem.render import grant_json
 from proxy.api.goodmem.state import goodmem, principal
 from proxy.api.goodmem.wire import Query, WireModel, json_body, page_reply, reply, uuid_or_none, wire_field
 from proxy.core.goodmem import grants as core
+from proxy.core.goodmem.checks import (
+    MAX_CHECKS,
+    OPERATIONS,
+    RESOURCE_KINDS,
+    UNCHECKABLE,
+    AccessCheck,
+    check_access,
+)
 from proxy.core.goodmem.grants import GRANTABLE, SELECTORS, NewGrant
 from proxy.core.goodmem.ids import check_uuid
 from proxy.errors import BadRequest
@@ -82,6 +91,45 @@ class NewGrantBody(WireModel):
             space_id=self.rule.space_id,
             grant_id=self.grant_id,
         )
+
+
+def _check(index: int, item: Any) -> AccessCheck:
+    where = f"checks[{index}]"
+    if not isinstance(item, Mapping):
+        raise BadRequest(f"{where} must be an object {{operation, target}}")
+    operation, target = item.get("operation"), item.get("target")
+    if operation not in OPERATIONS:
+        raise BadRequest(f"{where}.operation must be a GoodMem operation, got {operation!r}")
+    if operation in UNCHECKABLE:
+        raise BadRequest(f"{where}: {operation} cannot be checked")
+    if not isinstance(target, Mapping) or target.get("kind") not in RESOURCE_KINDS:
+        raise BadRequest(
+            f"{where}.target must be {{kind, resourceId}} with kind one of {', '.join(RESOURCE_KINDS)}"
+        )
+    kind, resource_id = target["kind"], target.get("resourceId")
+    if kind == "INSTANCE":
+        return AccessCheck(operation, kind)
+    if not isinstance(resource_id, str) or not resource_id:
+        raise BadRequest(f"{where}.target.resourceId is required for {kind}")
+    return AccessCheck(operation, kind, resource_id)
+
+
+def _checks(value: Any) -> tuple[AccessCheck, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_CHECKS:
+        raise BadRequest(f"checks must be an array of 1 to {MAX_CHECKS} checks")
+    return tuple(_check(i, item) for i, item in enumerate(value))
+
+
+class CheckBody(WireModel):
+    checks: Annotated[tuple[AccessCheck, ...], BeforeValidator(_checks)] = wire_field("checks")
+
+
+@routes.post("/v1/access-policy:check")
+async def check(request: web.Request) -> web.Response:
+    who = await principal(request)
+    body = CheckBody.parse(await json_body(request))
+    allowed = await check_access(goodmem(request), who, body.checks)
+    return reply({"results": [{"allowed": a} for a in allowed]})
 
 
 @routes.post("/v1/access-policy/grants")

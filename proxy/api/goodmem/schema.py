@@ -20,6 +20,7 @@ from proxy.api.goodmem.streaming import STREAM_TERMINAL_HEADER
 from proxy.api.openapi import Api, Operation, Raw
 from proxy.core.goodmem import ping, providers
 from proxy.core.goodmem.apikeys import LIFECYCLE_STATES
+from proxy.core.goodmem.checks import OPERATIONS, RESOURCE_KINDS, UNCHECKABLE
 from proxy.core.goodmem.grants import GRANTABLE
 from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES
 from proxy.core.goodmem.retrieve.request import CHAT_POST_PROCESSOR
@@ -248,6 +249,28 @@ class SpaceUpdate(_In):
     ownerId: UUID | None = None
     defaultChunkingConfig: dict[str, Any] | None = None
     spaceEmbedders: list[SpaceEmbedderIn] | None = Field(None, description="immutable: only the same list")
+
+
+class CheckTarget(_In):
+    kind: str = _enum(RESOURCE_KINDS)
+    resourceId: str | None = Field(None, description="required except for INSTANCE")
+
+
+class AccessCheckIn(_In):
+    operation: str = _enum(sorted(OPERATIONS - UNCHECKABLE))
+    target: CheckTarget
+
+
+class AccessChecks(_In):
+    checks: list[AccessCheckIn] = Field(min_length=1, max_length=50)
+
+
+class CheckResult(_Out):
+    allowed: bool
+
+
+class CheckResults(_Out):
+    results: list[CheckResult]
 
 
 class PurgeJobs(_In):
@@ -825,6 +848,9 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         "Create the root user and key, once", {200: SystemInit}, public=True
     ),
     ("GET", "/v1/instance"): Operation("The instance and its owner", {200: Instance}),
+    ("POST", "/v1/access-policy:check"): Operation(
+        "Whether the caller may perform each operation now (advisory)", {200: CheckResults}, body=AccessChecks
+    ),
     ("POST", "/v1/admin/background-jobs:purge"): Operation(
         "Delete ended background jobs older than a cutoff (administrators)", {200: PurgedJobs}, body=PurgeJobs
     ),

@@ -72,6 +72,7 @@ __all__ = [
     "delete_records",
     "get_memory",
     "get_memory_records",
+    "load_memory",
 ]
 
 log = logging.getLogger(__name__)
@@ -408,7 +409,10 @@ async def get_memory_records(
     return found
 
 
-async def _load(gm: GoodMem, principal: Principal, memory_id: str, op: str) -> tuple[MemoryRecord, Container]:
+async def load_memory(
+    gm: GoodMem, principal: Principal, memory_id: str, op: str
+) -> tuple[MemoryRecord, Container]:
+    """A memory and its space, once ``op`` (READ_MEMORY, DELETE_MEMORY) is allowed on the space: 404, 403."""
     mid = check_uuid(memory_id, "memoryId")
     record = (await get_memory_records(gm, [mid])).get(mid)
     if record is None:
@@ -422,7 +426,7 @@ async def _load(gm: GoodMem, principal: Principal, memory_id: str, op: str) -> t
 
 
 async def get_memory(gm: GoodMem, principal: Principal, memory_id: str) -> MemoryRecord:
-    return (await _load(gm, principal, memory_id, "READ_MEMORY"))[0]
+    return (await load_memory(gm, principal, memory_id, "READ_MEMORY"))[0]
 
 
 async def batch_get_memories(
@@ -440,7 +444,7 @@ async def batch_get_memories(
 
 async def delete_memory(gm: GoodMem, principal: Principal, memory_id: str) -> int:
     """Delete a memory and its chunks; 1 (the count batch delete reports)."""
-    record, container = await _load(gm, principal, memory_id, "DELETE_MEMORY")
+    record, container = await load_memory(gm, principal, memory_id, "DELETE_MEMORY")
     await delete_records(gm, container, [record])
     return 1
 

@@ -55,6 +55,7 @@ __all__ = [
     "instance_context",
     "list_all",
     "load_model",
+    "may_change",
     "overlays",
     "startup_models",
     "update_model",
@@ -462,7 +463,8 @@ async def _visible(gm: GoodMem, principal: Principal, models: list[ProviderModel
     return [m for m in models if m.builtin or m.owner_id in (principal.user_id, *admins)]
 
 
-def _may_change(principal: Principal, model: ProviderModel) -> bool:
+def may_change(principal: Principal, model: ProviderModel) -> bool:
+    """Update or delete: the owner of a registered model, or an administrator."""
     if principal.is_admin:
         return True
     return not model.builtin and model.owner_id == principal.user_id
@@ -643,7 +645,7 @@ async def update_model(
     """Apply a partial update. ``in_use`` (embedders: the spaces that use it) makes changing what defines
     its vectors a 412."""
     spec = model.spec
-    if not _may_change(principal, model):
+    if not may_change(principal, model):
         raise Forbidden(f"Permission denied: only the owner or an administrator may update this {spec.lower}")
     if req.provider_type is not None and req.provider_type != model.view.get("providerType"):
         raise BadRequest("providerType is immutable")
@@ -706,7 +708,7 @@ async def delete_record(gm: GoodMem, principal: Principal, model: ProviderModel)
             f"A built-in {spec.lower} cannot be deleted through the API; remove its {spec.flag} flag "
             "from memproxy's configuration"
         )
-    if not _may_change(principal, model):
+    if not may_change(principal, model):
         raise Forbidden(f"Permission denied: only the owner or an administrator may delete this {spec.lower}")
     if not await gm.svc.models.remove(model.model_id):
         raise NotFound(f"{spec.noun} not found")

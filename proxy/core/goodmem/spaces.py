@@ -46,6 +46,7 @@ __all__ = [
     "delete_space",
     "get_space",
     "list_spaces",
+    "may_transfer",
     "read_space",
     "show_space",
     "space_chunking",
@@ -369,6 +370,12 @@ async def update_space(gm: GoodMem, principal: Principal, space_id: str, req: Sp
     return Space.of(updated, root)
 
 
+def may_transfer(principal: Principal, space: Space) -> bool:
+    """GoodMem: "the current space owner, the GoodMem instance owner, or an instance administrator" may give
+    a space away; a grant of UPDATE_SPACE (a space-scoped administrator) is not enough."""
+    return principal.is_admin or principal.user_id == space.owner_id
+
+
 async def transfer_space(gm: GoodMem, principal: Principal, space_id: str, new_owner_id: str) -> Space:
     """POST /v1/spaces/{id}:transferOwnership: the space's owner or an administrator gives it to another
     active user. Only the owner and the update audit change; memories, embedders and grants stay as they are
@@ -376,9 +383,7 @@ async def transfer_space(gm: GoodMem, principal: Principal, space_id: str, new_o
     container = await read_space(gm, principal, space_id)
     root = await gm.instance.root_user_id()
     current = Space.of(container, root)
-    # GoodMem: "the current space owner, the GoodMem instance owner, or an instance administrator"; a grant
-    # of UPDATE_SPACE (a space-scoped administrator) is not enough.
-    if not principal.is_admin and principal.user_id != current.owner_id:
+    if not may_transfer(principal, current):
         raise Forbidden("Permission denied: only the space's owner or an administrator may transfer it")
     if not await _active_user(gm, new_owner_id):
         raise NotFound("New owner not found")
