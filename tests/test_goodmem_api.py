@@ -608,6 +608,18 @@ def test_container_delete_through_opensearch_api_removes_goodmem_records(
 # --- permissions ----------------------------------------------------------------------------------
 
 
+def _grant(client: Goodmem, grantee: str, operation: str, selector: str, space_id: str) -> Any:
+    """``client`` grants ``grantee`` one operation on one space."""
+    return client.access_policy.grants.create(
+        audience={"principal_id": grantee},
+        rule={
+            "operation": operation,
+            "selector": selector,
+            "assigned_resource": {"kind": "SPACE", "resource_id": space_id},
+        },
+    )
+
+
 def test_permissions(gm: Goodmem, alice: User, bob: User, embedder_id: str, proxy_url: str) -> None:
     alice_id, alice_gm, alice_key = alice
     bob_id, bob_gm, _ = bob
@@ -632,23 +644,9 @@ def test_permissions(gm: Goodmem, alice: User, bob: User, embedder_id: str, prox
         assert sp.space_id not in [s.space_id for s in bob_gm.spaces.list()]
         assert gm.spaces.get(id=sp.space_id).owner_id == alice_id  # root sees everything
         with pytest.raises(gerr.PermissionDeniedError):
-            bob_gm.access_policy.grants.create(
-                audience={"principal_id": bob_id},
-                rule={
-                    "operation": "READ_MEMORY",
-                    "selector": "DIRECT_MEMBERS_OF",
-                    "assigned_resource": {"kind": "SPACE", "resource_id": sp.space_id},
-                },
-            )
+            _grant(bob_gm, bob_id, "READ_MEMORY", "DIRECT_MEMBERS_OF", sp.space_id)
         grants = [
-            alice_gm.access_policy.grants.create(
-                audience={"principal_id": bob_id},
-                rule={
-                    "operation": op,
-                    "selector": sel,
-                    "assigned_resource": {"kind": "SPACE", "resource_id": sp.space_id},
-                },
-            )
+            _grant(alice_gm, bob_id, op, sel, sp.space_id)
             for op, sel in (("LIST_MEMORY", "EXACT"), ("READ_MEMORY", "DIRECT_MEMBERS_OF"))
         ]
         listed = alice_gm.access_policy.grants.list(resource_kind="SPACE", resource_id=sp.space_id)
@@ -694,14 +692,7 @@ def test_access_policy_check_predicts_what_the_routes_do(
     mem = alice_gm.memories.create(space_id=sp.space_id, original_content="checked")
     try:
         for op, sel in (("LIST_MEMORY", "EXACT"), ("READ_MEMORY", "DIRECT_MEMBERS_OF")):
-            alice_gm.access_policy.grants.create(
-                audience={"principal_id": bob_id},
-                rule={
-                    "operation": op,
-                    "selector": sel,
-                    "assigned_resource": {"kind": "SPACE", "resource_id": sp.space_id},
-                },
-            )
+            _grant(alice_gm, bob_id, op, sel, sp.space_id)
         space, memory = ("SPACE", sp.space_id), ("MEMORY", mem.memory_id)
         cases: list[tuple[str, tuple[str, str | None], bool, bool, bool]] = [
             # operation, target, bob (reader), alice (owner), root (admin)
@@ -789,14 +780,7 @@ def test_space_ownership_transfer(gm: Goodmem, alice: User, bob: User, embedder_
     try:
         with pytest.raises(gerr.PermissionDeniedError):  # bob cannot even read it
             bob_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id})
-        grant = alice_gm.access_policy.grants.create(
-            audience={"principal_id": bob_id},
-            rule={
-                "operation": "UPDATE_SPACE",
-                "selector": "EXACT",
-                "assigned_resource": {"kind": "SPACE", "resource_id": sp.space_id},
-            },
-        )
+        grant = _grant(alice_gm, bob_id, "UPDATE_SPACE", "EXACT", sp.space_id)
         bob_gm.spaces.update(id=sp.space_id, request={"merge_labels": {"by": "bob"}})
         with pytest.raises(gerr.PermissionDeniedError):  # updating is not owning
             bob_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id})
