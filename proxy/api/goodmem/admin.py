@@ -24,14 +24,12 @@ def _cutoff_ms(value: Any) -> int:
     if value is None:
         raise BadRequest("olderThan is required")
     try:
-        when = datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        when = None
-    if when is None:
-        raise BadRequest(f"olderThan must be an ISO-8601 timestamp, got {value!r}")
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+        when = datetime.fromisoformat(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+    except (TypeError, ValueError, OverflowError):  # not a string, not a date, or past year 1 or 9999 in UTC
+        raise BadRequest(f"olderThan must be an ISO-8601 timestamp, got {value!r}") from None
 
 
 def _statuses(value: Any) -> tuple[str, ...]:
