@@ -240,6 +240,28 @@ async def test_events_are_flushed_as_produced(base_url: str, fakes: Fakes) -> No
         assert not fakes.load_finished
 
 
+async def test_events_produced_together_leave_in_one_write(
+    base_url: str, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is ready together is one write: without memory loads the whole body goes with the end of the
+    stream; with them, what came before the load is one write and the rest goes with the end."""
+    writes: list[int] = []
+    real_write = web.StreamResponse.write
+
+    async def counting(self: web.StreamResponse, data: bytes | bytearray | memoryview) -> None:
+        writes.append(len(data))
+        await real_write(self, data)
+
+    monkeypatch.setattr(web.StreamResponse, "write", counting)
+    fakes.n_items = 5
+    status, _, raw = await post(base_url, body={**BODY, "fetchMemory": False})
+    assert status == 200 and len(lines(raw)) == 7  # BEGIN, five items, END
+    assert writes == []
+    status, _, raw = await post(base_url, body=BODY)
+    assert status == 200 and len(lines(raw)) == 12  # and a definition per memory
+    assert len(writes) == 1  # BEGIN, flushed before the load
+
+
 async def test_disconnect_before_first_byte_cancels_work(base_url: str, fakes: Fakes) -> None:
     fakes.plan_delay = 300
 

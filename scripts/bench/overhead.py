@@ -270,8 +270,8 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                     synthetic_texts(args.queries, seed=23),
                     [],
                     args.k,
-                    before,
-                    VARIANTS + (BEFORE_VARIANTS if before else ()),
+                    before=before,
+                    variants=VARIANTS + (BEFORE_VARIANTS if before else ()),
                 )
                 if before is not None:
                     before.auth_headers = proxy.auth_headers

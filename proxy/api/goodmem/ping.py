@@ -222,11 +222,11 @@ async def _send_session(
     except Exception:
         log.exception("ping stream failed")
         message = "Ping failed: internal error"
-        await stream.send({"notice": {"code": "INTERNAL", "message": message}})
+        stream.queue({"notice": {"code": "INTERNAL", "message": message}})
         await stream.fail("INTERNAL", message)
         return
     summary = core.summarize(req, results, time.perf_counter() - started)
-    await stream.send({"summary": summary_json(target, summary)})
+    stream.queue({"summary": summary_json(target, summary)})
     await stream.complete()
 
 

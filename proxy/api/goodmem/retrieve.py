@@ -105,27 +105,26 @@ async def _parse_get(request: web.Request) -> RetrieveRequest:
 
 
 async def _stream(stream: EventStream, events: AsyncIterator[dict[str, Any]]) -> None:
-    """Write every event as produced; a failure after the first byte goes in-band, never as a clean end."""
+    """Write the events: those produced together in one write (the producer flushes before it waits, and
+    the end writes the rest); a failure after the first byte goes in-band, never as a clean end."""
     try:
         async for event in events:
-            await stream.send(event)
+            stream.queue(event)
     except StreamFailure as failure:
-        await stream.send(failure.status)
+        stream.queue(failure.status)
         await stream.fail(failure.code, failure.message)
         return
     except (ConnectionResetError, asyncio.CancelledError):
         raise
     except MemproxyError as exc:
         message = f"Retrieval failed: {exc.message}"
-        await stream.send(
-            status_event("GOODMEM_STATUS_CODE_UNSPECIFIED", message, {"reason": grpc_code(exc)})
-        )
+        stream.queue(status_event("GOODMEM_STATUS_CODE_UNSPECIFIED", message, {"reason": grpc_code(exc)}))
         await stream.fail(grpc_code(exc), message)
         return
     except Exception:
         log.exception("retrieve stream failed")
         message = "Retrieval failed: internal error"
-        await stream.send(status_event("GOODMEM_STATUS_CODE_UNSPECIFIED", message, {"reason": "INTERNAL"}))
+        stream.queue(status_event("GOODMEM_STATUS_CODE_UNSPECIFIED", message, {"reason": "INTERNAL"}))
         await stream.fail("INTERNAL", message)
         return
     await stream.complete()
@@ -170,6 +169,7 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
             deadline=deadline,
             models=retrieval,
             convention=request.app[SETTINGS].goodmem_vector_score,  # type: ignore[arg-type]
+            flush=stream.flush,
         )
         await _stream(stream, events)
         response = stream.response

@@ -81,6 +81,8 @@ _GRPC_BY_STATUS = {
 }
 
 MemoryLoader = Callable[[list[str]], Awaitable[Mapping[str, MemoryRecord]]]
+# Sends what the consumer holds (EventStream.flush).
+Flush = Callable[[], Awaitable[None]]
 
 
 def grpc_code(exc: BaseException) -> str:
@@ -306,6 +308,11 @@ class EventAssembler:
         return events
 
 
+async def _flushed(flush: Flush | None) -> None:
+    if flush is not None:
+        await flush()
+
+
 async def _load_batch(
     loader: MemoryLoader, memory_ids: list[str], deadline: float | None
 ) -> Mapping[str, MemoryRecord]:
@@ -336,6 +343,7 @@ async def retrieval_events(
     deadline: float | None = None,
     models: PostModels | None = None,
     convention: VectorScore = "live",
+    flush: Flush | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """The stream after the first byte, in the order of the module docstring.
 
@@ -343,7 +351,8 @@ async def retrieval_events(
     event-loop time bounding each load, rerank and LLM call; ``models`` resolves the post-processor's
     reranker and LLM (None: none is known); ``convention`` is how vector scores are sent. A memory that
     cannot be found (deleted meanwhile) gets a ``MEMORY_LOAD_FAILED`` status and its chunks are left out, so
-    no ``memoryIndex`` points at nothing.
+    no ``memoryIndex`` points at nothing. ``flush`` is awaited before each wait (a load, the reranker, the
+    LLM), so that the consumer can send what it has while this waits.
     """
     req = plan.request
     for status in request_statuses(req):
@@ -366,6 +375,7 @@ async def retrieval_events(
             wanted = list(dict.fromkeys(i.memory_id for i in batch if i.memory_id not in loaded))
             wanted = [m for m in wanted if m not in missing]
             if wanted:
+                await _flushed(flush)
                 found = await _load_batch(loader, wanted, deadline)
                 loaded.update(found)
                 for memory_id in wanted:
@@ -384,7 +394,8 @@ async def retrieval_events(
                 yield event
     yield assembler.end()
     if req.chat is not None:
-        async for event in _post_process(req, req.chat, streamed, loaded, assembler, models, deadline):
+        post = _post_process(req, req.chat, streamed, loaded, assembler, models, deadline, flush)
+        async for event in post:
             yield event
 
 
@@ -396,6 +407,7 @@ async def _post_process(
     assembler: EventAssembler,
     models: PostModels | None,
     deadline: float | None,
+    flush: Flush | None,
 ) -> AsyncIterator[dict[str, Any]]:
     """After the retrieve set: reranker statuses, the post-processor's result set, LLM statuses, the reply.
 
@@ -405,6 +417,7 @@ async def _post_process(
     """
     if chat.reranker_id is None:
         yield feature_disabled("reranking")
+    await _flushed(flush)
     reranked = await rerank(models, chat, req.message, items, deadline)
     for status in _nonfatal_statuses(reranked.problems):
         yield status
@@ -429,6 +442,7 @@ async def _post_process(
     if chat.llm_id is None:
         yield feature_disabled("summarization")
         return
+    await _flushed(flush)
     abstract = await summarize(models, chat, req, selected, created, deadline)
     for status in _nonfatal_statuses(abstract.problems):
         yield status

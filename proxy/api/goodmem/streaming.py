@@ -147,6 +147,8 @@ class EventStream:
         self.terminal = terminal
         self._response: web.StreamResponse | None = None
         self._finished = False
+        # Framed events not yet written: the events a producer has ready together leave in one write.
+        self._pending = bytearray()
 
     @property
     def started(self) -> bool:
@@ -176,43 +178,58 @@ class EventStream:
             self._response = response
         return self._response
 
-    async def _write(self, data: bytes) -> None:
+    def queue(self, event: dict[str, Any]) -> None:
+        """Add an event to the next write (:meth:`flush`, or the end of the stream)."""
+        if self.format == SSE:
+            self._pending += sse_frame(SSE_ITEM_EVENT, event)
+        else:
+            self._pending += ndjson_line(event)
+
+    async def flush(self) -> None:
+        """Write the queued events now; a producer calls it before it waits (a model call, a load), so that
+        nothing it has ready is held back meanwhile."""
         response = await self.open()
-        # StreamResponse.write hands the bytes to the transport at once (no compression, no buffering
-        # here) and waits only when the socket's send buffer is full: each event leaves as it is produced.
-        await response.write(data)
+        if self._pending:
+            data = bytes(self._pending)
+            self._pending.clear()
+            # StreamResponse.write hands the bytes to the transport at once and waits only when the socket's
+            # send buffer is full.
+            await response.write(data)
 
     async def send(self, event: dict[str, Any]) -> None:
-        if self.format == SSE:
-            await self._write(sse_frame(SSE_ITEM_EVENT, event))
-        else:
-            await self._write(ndjson_line(event))
+        """Write one event now (with any queued before it)."""
+        self.queue(event)
+        await self.flush()
 
     async def complete(self) -> None:
-        """Successful end: the terminal record where one is due, then the end of the body."""
+        """Successful end: the queued events, the terminal record where one is due, and the end of the body,
+        in one write."""
         if self._finished:
             return
         self._finished = True
         if self.format == SSE:
-            await self._write(sse_frame("close", completed_record()))
+            self._pending += sse_frame("close", completed_record())
         elif self.terminal:
-            await self._write(ndjson_line(completed_record()))
+            self._pending += ndjson_line(completed_record())
         await self._end()
 
     async def fail(self, code: str, message: str) -> None:
-        """Failed end after streaming began: the error record where one is due, then the end of the body."""
+        """Failed end after streaming began: the queued events, the error record where one is due, then the
+        end of the body."""
         if self._finished:
             return
         self._finished = True
         if self.format == SSE:
-            await self._write(sse_frame("error", error_record(code, message)))
+            self._pending += sse_frame("error", error_record(code, message))
         elif self.terminal:
-            await self._write(ndjson_line(error_record(code, message)))
+            self._pending += ndjson_line(error_record(code, message))
         await self._end()
 
     async def _end(self) -> None:
         response = await self.open()
-        await response.write_eof()
+        data = bytes(self._pending)
+        self._pending.clear()
+        await response.write_eof(data)  # the last chunk and the chunked body's end, together
 
 
 # --------------------------------------------------------------------------------------------------------
