@@ -370,8 +370,8 @@ async def _has_grant(state: IdentityState, principal: Principal, space_id: str, 
 async def visible_space_ids(state: IdentityState, principal: Principal) -> tuple[set[str], bool]:
     """Spaces granted to the caller (any operation), and whether an ANY grant covers every space."""
     audience = Or((Term("principal_id", principal.user_id), Term("all_authenticated", True)))
-    hits = await state.docs.search(
-        GRANTS, And((audience, Not(Exists("revoked_at")))), size=10_000, fields=("resource_id", "selector")
+    hits = await state.docs.search_all(
+        GRANTS, And((audience, Not(Exists("revoked_at")))), fields=("resource_id", "selector")
     )
     ids: set[str] = set()
     any_space = False

@@ -241,6 +241,23 @@ class GoodMemIndices:
             body["_source"] = list(fields)
         return _hits(await search(self.store, index, body))
 
+    async def search_all(
+        self, index: str, where: Filter, *, fields: Sequence[str] | None = None, batch: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Every matching document (``batch`` at a time, in ``_id`` order through ``search_after``): no
+        10 000-hit window, for the lists that must be complete (a caller's grants, their keys)."""
+        await self.ensure(index)
+        out: list[dict[str, Any]] = []
+        body: dict[str, Any] = {"size": batch, "query": _query(where), "sort": [{"_id": "asc"}]}
+        if fields is not None:
+            body["_source"] = list(fields)
+        while True:
+            hits = _hits(await search(self.store, index, body))
+            out.extend(hits)
+            if len(hits) < batch:
+                return out
+            body["search_after"] = hits[-1]["sort"]
+
     async def count(self, index: str, where: Filter) -> int:
         await self.ensure(index)
         res = await self.store.request("POST", url(index, "_count"), body={"query": _query(where)})
