@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestServer
 from proxy.api.errors import error_middleware
 from proxy.api.goodmem import retrieve as handler
 from proxy.api.goodmem.state import GOODMEM, RETRIEVER
+from proxy.api.goodmem.streaming import QUEUE_FLUSH_BYTES
 from proxy.api.identity import identity_middleware
 from proxy.app_keys import IDENTITY, SETTINGS
 from proxy.config import Settings
@@ -260,6 +261,13 @@ async def test_events_produced_together_leave_in_one_write(
     status, _, raw = await post(base_url, body=BODY)
     assert status == 200 and len(lines(raw)) == 12  # and a definition per memory
     assert len(writes) == 1  # BEGIN, flushed before the load
+    # A large answer is not held whole: the queue is written each time it reaches QUEUE_FLUSH_BYTES.
+    writes.clear()
+    fakes.n_items = 600
+    status, _, raw = await post(base_url, body={**BODY, "fetchMemory": False})
+    assert status == 200 and len(lines(raw)) == 602
+    assert len(raw) > 2 * QUEUE_FLUSH_BYTES and len(writes) >= 2
+    assert all(QUEUE_FLUSH_BYTES <= n < QUEUE_FLUSH_BYTES + 1024 for n in writes)
 
 
 async def test_disconnect_before_first_byte_cancels_work(base_url: str, fakes: Fakes) -> None:

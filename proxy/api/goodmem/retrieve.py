@@ -109,7 +109,7 @@ async def _stream(stream: EventStream, events: AsyncIterator[dict[str, Any]]) ->
     the end writes the rest); a failure after the first byte goes in-band, never as a clean end."""
     try:
         async for event in events:
-            stream.queue(event)
+            await stream.put(event)
     except StreamFailure as failure:
         stream.queue(failure.status)
         await stream.fail(failure.code, failure.message)

@@ -64,6 +64,9 @@ DISCONNECT_POLL_S = 0.05
 # Every data frame is named "item", as in GoodMem's SSE example; the old client only looks at the name to
 # skip "close", so the name carries no meaning beyond that.
 SSE_ITEM_EVENT = "item"
+# Queued events are written once they reach this many bytes, whatever the producer does: a large answer
+# (thousands of chunks with their content) streams under backpressure instead of piling up in memory.
+QUEUE_FLUSH_BYTES = 64 * 1024
 
 
 def _media_ranges(accept: str) -> list[tuple[str, float]]:
@@ -184,6 +187,12 @@ class EventStream:
             self._pending += sse_frame(SSE_ITEM_EVENT, event)
         else:
             self._pending += ndjson_line(event)
+
+    async def put(self, event: dict[str, Any]) -> None:
+        """Queue an event; write the queue once it holds :data:`QUEUE_FLUSH_BYTES`."""
+        self.queue(event)
+        if len(self._pending) >= QUEUE_FLUSH_BYTES:
+            await self.flush()
 
     async def flush(self) -> None:
         """Write the queued events now; a producer calls it before it waits (a model call, a load), so that
