@@ -30,9 +30,11 @@ async def test_search_all_pages_past_any_window(docs: GoodMemIndices) -> None:
     other = f"test-grant-{uuid.uuid4()}"
     await docs.put(GRANTS, other, {"grant_id": other, "principal_id": str(uuid.uuid4())})  # someone else's
     try:
-        hits = await docs.search_all(GRANTS, Term("principal_id", principal), fields=("grant_id",), batch=2)
+        hits = await docs.search_all(
+            GRANTS, Term("principal_id", principal), key="grant_id", fields=("grant_id",), batch=2
+        )
         assert sorted(h["_source"]["grant_id"] for h in hits) == sorted(ids)
-        assert await docs.search_all(GRANTS, Term("principal_id", str(uuid.uuid4()))) == []
+        assert await docs.search_all(GRANTS, Term("principal_id", str(uuid.uuid4())), key="grant_id") == []
     finally:
         await docs.delete_by_query(GRANTS, Term("principal_id", principal))
         await docs.delete(GRANTS, other)

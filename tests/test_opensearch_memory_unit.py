@@ -507,3 +507,31 @@ def test_fuse_properties(lex: dict, vec: dict, w: float, k: int) -> None:
 def test_error_kinds_keep_ml_commons_types() -> None:
     assert MemproxyError("x").os_type == "status_exception"
     assert BadRequest("x").status == 400
+
+
+def test_a_space_listing_order_is_total_without_id_unless_shards_need_it() -> None:
+    """The memory list's keyset order ends with index and sequence number, unique in one shard; only a
+    long-term index with several shards adds ``_id`` (whose sort loads fielddata on the node)."""
+    from proxy.core.container_indices import primary_shards
+    from proxy.store.goodmem import SpaceOrder
+
+    one = Container("c", "n", None, 1, 1, _embedded())
+    nested = {"long_term_memory_index": {"index": {"number_of_shards": 3}}}
+    three = Container("c", "n", None, 1, 1, _embedded(index_settings=nested))
+    flat = Container(
+        "c",
+        "n",
+        None,
+        1,
+        1,
+        _embedded(index_settings={"long_term_memory_index": {"index.number_of_shards": "2"}}),
+    )
+    assert [primary_shards(c, "long-term") for c in (one, three, flat)] == [1, 3, 2]
+
+    single, several = SpaceOrder("created_time"), SpaceOrder("created_time", single_shard=False)
+    assert [next(iter(k)) for k in single.spec()][-2:] == ["_index", "_seq_no"]
+    assert [next(iter(k)) for k in several.spec()][-1] == "_id"
+    values = [1, 1, None, "idx", 7]
+    assert single.accepts(values) and not several.accepts(values) and several.accepts([*values, "doc"])
+    assert not single.accepts([1, 1, None, "idx", "7"]) and not single.accepts(["x", 1, None, "idx", 7])
+    assert SpaceOrder("content_type").accepts([None, 1, "m", "idx", 0])

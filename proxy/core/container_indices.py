@@ -25,7 +25,7 @@ from proxy.store.containers import (
     render_memory_index,
 )
 
-__all__ = ["create_memory_indices", "embedder_dimension", "prepare_long_term"]
+__all__ = ["create_memory_indices", "embedder_dimension", "prepare_long_term", "primary_shards"]
 
 _INDEX_SETTINGS_KEY = {
     "sessions": "session_index",
@@ -64,6 +64,26 @@ def _index_settings(container: Container, memory_type: str) -> dict[str, Any]:
         # ml-commons' indices are system indices; hidden ones keep them out of users' wildcard searches.
         settings["hidden"] = "true"
     return settings
+
+
+def primary_shards(container: Container, memory_type: str) -> int:
+    """How many primary shards the container's ``memory_type`` index was made with (1 unless its
+    ``index_settings`` say otherwise, nested or dotted)."""
+
+    def find(settings: Mapping[str, Any]) -> Any:
+        for key, value in settings.items():
+            if isinstance(value, Mapping):
+                found = find(value)
+                if found is not None:
+                    return found
+            elif key.split(".")[-1] == "number_of_shards":
+                return value
+        return None
+
+    try:
+        return max(1, int(find(_index_settings(container, memory_type)) or 1))
+    except (TypeError, ValueError):
+        return 1
 
 
 def _flat_keys(settings: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -371,7 +371,7 @@ async def visible_space_ids(state: IdentityState, principal: Principal) -> tuple
     """Spaces granted to the caller (any operation), and whether an ANY grant covers every space."""
     audience = Or((Term("principal_id", principal.user_id), Term("all_authenticated", True)))
     hits = await state.docs.search_all(
-        GRANTS, And((audience, Not(Exists("revoked_at")))), fields=("resource_id", "selector")
+        GRANTS, And((audience, Not(Exists("revoked_at")))), key="grant_id", fields=("resource_id", "selector")
     )
     ids: set[str] = set()
     any_space = False

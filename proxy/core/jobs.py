@@ -440,7 +440,7 @@ class JobQueue:
             references += sum(1 for v in batch if v.source.get("subject"))
             if len(batch) < size:
                 break
-            after = [batch[-1].source.get("finished_at"), batch[-1].id]
+            after = [batch[-1].source.get("finished_at"), batch[-1].seq_no]
         return Purged(jobs=jobs, attempts=attempts, references=references)
 
     async def recent_failures(self, limit: int = 5) -> list[Job]:

@@ -77,36 +77,46 @@ def _query(where: Filter) -> dict[str, Any]:
 @dataclass(frozen=True)
 class SpaceOrder:
     """The order of a space's memories: by ``field`` (a field both kinds of memory share), then by
-    ``created_time`` the same way, then by ``memory_id`` (a record's) and ``_id`` (what tells long-term
-    documents without a record apart). The order is total, so a page can start after the sort values of the
-    previous page's last memory (``search_after``), at any depth."""
+    ``created_time`` the same way, then by ``memory_id`` (a record's), then by index and sequence number
+    (what tells long-term documents without a record apart). The order is total, so a page can start after
+    the sort values of the previous page's last memory (``search_after``), at any depth.
+
+    A sequence number is unique within a shard: when the long-term index has several (``single_shard``
+    false), ``_id`` ends the order too. ``_id`` is not used otherwise, since sorting on it loads the field
+    into the node's heap (deprecated fielddata)."""
 
     field: str
     descending: bool = True
+    single_shard: bool = True
 
     def spec(self) -> list[dict[str, Any]]:
         direction = "desc" if self.descending else "asc"
         unmapped = "keyword" if "time" not in self.field else "date"
-        return [
+        keys = [
             {self.field: {"order": direction, "unmapped_type": unmapped}},
             {"created_time": {"order": direction, "unmapped_type": "date"}},
             {"memory_id": {"order": "asc", "unmapped_type": "keyword"}},
-            {"_id": {"order": "asc"}},
+            {"_index": {"order": "asc"}},
+            {"_seq_no": {"order": "asc"}},
         ]
+        return keys if self.single_shard else [*keys, {"_id": {"order": "asc"}}]
 
     def accepts(self, values: Any) -> bool:
         """Whether ``values`` can be a hit's sort values in this order (a page token's, say, which the
         node would otherwise refuse as "all shards failed"): times are epoch milliseconds (a missing one
-        sorts as a number too), keywords strings or null (missing), and ``_id`` a string."""
-        if not isinstance(values, list) or len(values) != 4:
+        sorts as a number too), keywords strings or null (missing), the index a string, the sequence number
+        an integer, and ``_id`` a string."""
+        if not isinstance(values, list) or len(values) != len(self.spec()):
             return False
-        first, created, memory_id, doc_id = values
+        first, created, memory_id, index, seq_no, *doc_id = values
         first_ok = _is_millis(first) if "time" in self.field else first is None or isinstance(first, str)
         return (
             first_ok
             and _is_millis(created)
             and (memory_id is None or isinstance(memory_id, str))
-            and isinstance(doc_id, str)
+            and isinstance(index, str)
+            and _is_millis(seq_no)
+            and all(isinstance(v, str) for v in doc_id)
         )
 
 
@@ -242,13 +252,14 @@ class GoodMemIndices:
         return _hits(await search(self.store, index, body))
 
     async def search_all(
-        self, index: str, where: Filter, *, fields: Sequence[str] | None = None, batch: int = 1000
+        self, index: str, where: Filter, *, key: str, fields: Sequence[str] | None = None, batch: int = 1000
     ) -> list[dict[str, Any]]:
-        """Every matching document (``batch`` at a time, in ``_id`` order through ``search_after``): no
-        10 000-hit window, for the lists that must be complete (a caller's grants, their keys)."""
+        """Every matching document, ``batch`` at a time in the order of ``key`` (a unique keyword field)
+        through ``search_after``: no 10 000-hit window, for the lists that must be complete (a caller's
+        grants, their keys)."""
         await self.ensure(index)
         out: list[dict[str, Any]] = []
-        body: dict[str, Any] = {"size": batch, "query": _query(where), "sort": [{"_id": "asc"}]}
+        body: dict[str, Any] = {"size": batch, "query": _query(where), "sort": [{key: "asc"}]}
         if fields is not None:
             body["_source"] = list(fields)
         while True:

@@ -193,14 +193,16 @@ class JobDocs:
     async def finished(
         self, states: Sequence[str], before_ms: int, size: int, after: Sequence[Any] | None = None
     ) -> list[Versioned]:
-        """Up to ``size`` jobs in ``states`` that finished before ``before_ms``, oldest first (then by id),
-        from just after the sort values ``after`` (``[finished_at, id]`` of the last one seen)."""
+        """Up to ``size`` jobs in ``states`` that finished before ``before_ms``, oldest first, from just after
+        the sort values ``after`` (the last one's ``sort``). Ties go by sequence number, unique in the job
+        index's one shard and fixed once a job has ended (``_id`` would load fielddata into the heap)."""
         selection = all_of([Terms("state", tuple(states)), Range("finished_at", lt=before_ms)])
         body: dict[str, Any] = {
             "size": size,
             "query": compile_filter(selection),
-            "sort": [{"finished_at": {"order": "asc"}}, {"_id": {"order": "asc"}}],
+            "sort": [{"finished_at": {"order": "asc"}}, {"_seq_no": {"order": "asc"}}],
             "_source": ["attempts", "subject", "finished_at"],
+            "seq_no_primary_term": True,
         }
         if after is not None:
             body["search_after"] = list(after)

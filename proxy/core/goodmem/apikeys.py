@@ -213,9 +213,9 @@ async def list_api_keys(
             filters.append(Term(name, value))
     if not filters:
         filters.append(Or((Term("user_id", principal.user_id), Term("owner_id", principal.user_id))))
-    hits = await gm.docs.search_all(APIKEYS, all_of(filters))
+    hits = await gm.docs.search_all(APIKEYS, all_of(filters), key="api_key_id")
     now = now_ms()
-    keys = sorted((ApiKey.from_source(h["_source"]) for h in hits), key=lambda k: k.api_key_id)
+    keys = [ApiKey.from_source(h["_source"]) for h in hits]
     if lifecycle_state is not None:
         keys = [k for k in keys if k.lifecycle(now) == lifecycle_state]
     # maxResults 0 (or none) means the default here.

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.container_indices import primary_shards
+from proxy.core.container_record import Container
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.memories import ItemResult, delete_memory, delete_records
 from proxy.core.goodmem.metadata import compile_metadata_filter
@@ -97,6 +99,10 @@ async def _records(gm: GoodMem, hits: list[dict[str, Any]]) -> list[MemoryRecord
     return out
 
 
+def _single_shard(container: Container) -> bool:
+    return container.index_name("long-term") is None or primary_shards(container, "long-term") == 1
+
+
 def _after(token: str | None, order: SpaceOrder) -> list[Any] | None:
     """The sort values a page starts after, from a token issued for the same order (another order's values
     would place the page nowhere meaningful)."""
@@ -115,7 +121,7 @@ async def list_memories(
     """Memories of a space the caller may list (LIST_MEMORY) and read (READ_MEMORY, else an empty page)."""
     container = await read_space(gm, principal, space_id, "LIST_MEMORY")
     clause = _clause(query.filter)
-    order = SpaceOrder(query.sort_field, query.descending)
+    order = SpaceOrder(query.sort_field, query.descending, _single_shard(container))
     after = _after(query.next_token, order)
     size = Window.of(query.max_results, None, default=50, high=500).size
     if not await can_access_space(gm, principal, container, "READ_MEMORY"):
@@ -141,7 +147,7 @@ async def _delete_selected(gm: GoodMem, principal: Principal, selector: MemorySe
     """Every memory the selector matches, a page at a time; a page is deleted before the next is read."""
     container = await read_space(gm, principal, selector.space_id, "DELETE_MEMORY")
     clause = _clause(selector.filter)
-    order = SpaceOrder("created_time")
+    order = SpaceOrder("created_time", single_shard=_single_shard(container))
     deleted = 0
     after: list[Any] | None = None
     while True:
