@@ -789,6 +789,19 @@ def test_space_ownership_transfer(gm: Goodmem, alice: User, bob: User, embedder_
         for missing in (str(uuid.uuid4()), gone.user_id):
             with pytest.raises(gerr.NotFoundError):
                 alice_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": missing})
+        # Nothing else can be given to a deleted user either: spaces, keys and models share the rule.
+        with pytest.raises(gerr.NotFoundError):
+            gm.spaces.create(name=name, space_embedders=[{"embedder_id": embedder_id}], owner_id=gone.user_id)
+        with pytest.raises(gerr.NotFoundError):
+            gm.apikeys.create(subject_principal_id=gone.user_id)
+        with pytest.raises(gerr.NotFoundError):
+            gm.rerankers.create(
+                display_name="for-gone",
+                provider_type="TEI",
+                endpoint_url="http://127.0.0.1:9",
+                model_identifier="gone",
+                owner_id=gone.user_id,
+            )
         bob_gm.spaces.delete(id=clash.space_id)
 
         moved = alice_gm.spaces.transfer_ownership(id=sp.space_id, request={"new_owner_id": bob_id}).space

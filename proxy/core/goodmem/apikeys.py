@@ -13,10 +13,11 @@ from typing import Any
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
+from proxy.core.goodmem.users import is_active_user
 from proxy.core.goodmem.validation import LabelChange
 from proxy.core.identity import Principal, hash_key
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
-from proxy.store.goodmem import APIKEYS, USERS
+from proxy.store.goodmem import APIKEYS
 from proxy.store.query import Filter, Or, Term, all_of
 
 __all__ = [
@@ -152,8 +153,7 @@ async def create_api_key(gm: GoodMem, principal: Principal, req: NewApiKey) -> I
         subject = req.subject_id
         if subject != principal.user_id and not principal.is_admin:
             raise Forbidden("Permission denied: only an administrator may issue keys for another principal")
-        user = await gm.docs.get(USERS, subject)
-        if user is None or user.get("deleted_at"):
+        if not await is_active_user(gm, subject):
             raise NotFound("Principal not found")
     if req.api_key_id is not None and await _find(gm, req.api_key_id) is not None:
         raise Conflict("An API key with this ID already exists")

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import NIL_UUID, new_id, now_ms
+from proxy.core.goodmem.users import is_active_user
 from proxy.core.goodmem.validation import LabelChange
 from proxy.core.identity import ADMIN_ROLES, Principal
 from proxy.core.models import ModelRecord, ProviderCall
@@ -530,7 +531,7 @@ async def _owner(gm: GoodMem, principal: Principal, spec: KindSpec, owner_id: st
                 f"Permission denied: creating {spec.article} {spec.lower} for another owner requires an "
                 "administrator"
             )
-        if await gm.docs.get(USERS, owner) is None:
+        if not await is_active_user(gm, owner):
             raise NotFound("Owner not found")
     return owner
 

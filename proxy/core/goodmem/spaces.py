@@ -28,10 +28,10 @@ from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.embedders import EmbedderRef, resolve_embedder, verify_embedder
 from proxy.core.goodmem.ids import NIL_UUID, check_space_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
+from proxy.core.goodmem.users import is_active_user
 from proxy.core.goodmem.validation import LabelChange
 from proxy.core.identity import Principal, authorize_space, can_see, visible_space_ids
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
-from proxy.store.goodmem import USERS
 from proxy.store.query import Term
 
 __all__ = [
@@ -238,11 +238,6 @@ async def _name_taken(gm: GoodMem, name: str, owner: str, *, exclude: str | None
     return any(c.name == name and c.id != exclude and _owner(c, root) == owner for c in page.containers)
 
 
-async def _active_user(gm: GoodMem, user_id: str) -> bool:
-    doc = await gm.docs.get(USERS, user_id)
-    return doc is not None and not doc.get("deleted_at")
-
-
 async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Space:
     embedders: list[tuple[EmbedderRef, float]] = []
     for spec in req.embedders:
@@ -255,7 +250,7 @@ async def create_space(gm: GoodMem, principal: Principal, req: NewSpace) -> Spac
         owner = req.owner_id
         if owner != principal.user_id and not principal.is_admin:
             raise Forbidden("Permission denied: creating a space for another owner requires an administrator")
-        if not await _active_user(gm, owner):
+        if not await is_active_user(gm, owner):
             raise NotFound("Owner not found")
     if await _name_taken(gm, req.name, owner):
         raise Conflict("A space with this name already exists")
@@ -385,7 +380,7 @@ async def transfer_space(gm: GoodMem, principal: Principal, space_id: str, new_o
     current = Space.of(container, root)
     if not may_transfer(principal, current):
         raise Forbidden("Permission denied: only the space's owner or an administrator may transfer it")
-    if not await _active_user(gm, new_owner_id):
+    if not await is_active_user(gm, new_owner_id):
         raise NotFound("New owner not found")
     if new_owner_id != current.owner_id and await _name_taken(
         gm, container.name, new_owner_id, exclude=container.id

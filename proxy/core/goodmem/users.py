@@ -27,6 +27,7 @@ __all__ = [
     "delete_user",
     "get_user",
     "get_user_by",
+    "is_active_user",
     "list_users",
     "new_user_doc",
     "update_user",
@@ -140,6 +141,12 @@ async def create_user(gm: GoodMem, principal: Principal, req: NewUser) -> User:
     )
     await gm.docs.put(USERS, user_id, doc, create=True, conflict_message="A user with this ID already exists")
     return User.from_source(doc)
+
+
+async def is_active_user(gm: GoodMem, user_id: str) -> bool:
+    """Whether ``user_id`` names a user that exists and was not deleted (one who may own things)."""
+    doc = await gm.docs.get(USERS, user_id)
+    return doc is not None and not doc.get("deleted_at")
 
 
 def _readable(principal: Principal, doc: Mapping[str, Any]) -> None:
