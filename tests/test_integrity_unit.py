@@ -25,13 +25,13 @@ from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.memories import create_memory, get_memory_records
 from proxy.core.goodmem.rollback import sweep_abandoned_writes
 from proxy.core.identity import Principal
-from proxy.core.search import refuse_scripts
+from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, Overloaded, Unavailable
+from proxy.store.dsl_policy import DslRefused, check_query, check_search_body
 from proxy.store.goodmem import MEMORIES
 from proxy.store.memories import delete_by_query_deadline, search_deadline
 from proxy.store.query import And, MetadataFilter, RawDsl, Term
-from proxy.store.query_dsl import find_script
 
 SID = "01a0ace1-f672-7105-9642-bf658ff8f51a"
 OTHER = "01a0ace1-f672-7105-9642-bf658ff8f51b"
@@ -464,14 +464,24 @@ async def test_sweep_rolls_back_only_abandoned_writes(gm: GoodMem, node: FakeNod
     ],
 )  # fmt: skip
 def test_find_script(dsl: dict[str, Any], path: str | None) -> None:
-    assert find_script(dsl) == path
+    """The allowlist refuses a script wherever it is (naming its path), and only scripts: a field or a
+    sort named like one is no script."""
+    if path is None:
+        check_search_body(dsl, allow_scripts=False)
+        return
+    with pytest.raises(DslRefused) as refused:
+        check_search_body(dsl, allow_scripts=False)
+    assert refused.value.path == path and "--allow-scripts" in refused.value.message
+    check_search_body(dsl, allow_scripts=True)
 
 
 def test_find_script_survives_deep_nesting() -> None:
-    deep: dict[str, Any] = {"script": "1"}
+    deep: dict[str, Any] = {"script": {"script": "1"}}
     for _ in range(50_000):
         deep = {"bool": {"must": [deep]}}
-    assert find_script(deep) is not None
+    with pytest.raises(DslRefused) as refused:
+        check_query(deep, allow_scripts=True)
+    assert refused.value.name == "depth"
 
 
 def _svc(**settings: Any) -> Services:
@@ -482,14 +492,14 @@ def _svc(**settings: Any) -> Services:
 def test_scripts_are_refused_in_caller_dsl_only() -> None:
     svc = _svc()
     with pytest.raises(BadRequest) as refused:
-        refuse_scripts(svc, And((Term("memory_container_id", "c"), RawDsl({"script": {"script": "1"}}))))
+        check_caller_dsl(svc, And((Term("memory_container_id", "c"), RawDsl({"script": {"script": "1"}}))))
     assert refused.value.status == 400 and refused.value.os_type == "illegal_argument_exception"
     assert "--allow-scripts" in refused.value.message and "[script]" in refused.value.message
     with pytest.raises(BadRequest):
-        refuse_scripts(svc, {"query": {"match_all": {}}, "script_fields": {"x": {"script": "1"}}})
-    refuse_scripts(svc, MetadataFilter(object()))  # memproxy's own compiled GoodMem filters: never refused
-    refuse_scripts(svc, RawDsl({"term": {"a": 1}}))
-    refuse_scripts(_svc(allow_scripts=True), RawDsl({"script": {"script": "1"}}))
+        check_caller_dsl(svc, {"query": {"match_all": {}}, "script_fields": {"x": {"script": "1"}}})
+    check_caller_dsl(svc, MetadataFilter(object()))  # memproxy's own compiled GoodMem filters: never refused
+    check_caller_dsl(svc, RawDsl({"term": {"a": 1}}))
+    check_caller_dsl(_svc(allow_scripts=True), RawDsl({"script": {"script": "1"}}))
 
 
 def test_every_search_carries_the_deadline() -> None:

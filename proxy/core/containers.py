@@ -18,7 +18,7 @@ from proxy.core.clock import now_ms
 from proxy.core.configuration import complete_for_create, merge_update, validate_backend_roles
 from proxy.core.container_indices import create_memory_indices, prepare_long_term
 from proxy.core.container_record import MEMORY_TYPES, Container, ContainerNotFound, parse_memory_type
-from proxy.core.search import refuse_scripts
+from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError
 from proxy.store import containers as store
@@ -287,9 +287,9 @@ async def search_containers(
 ) -> dict[str, Any]:
     """ml-commons container ``_search`` of the caller's Search DSL body: the node's response (with
     ``_version``/``_seq_no`` on every hit); an empty one before the first container exists. ``only_ids``
-    (a caller who may not see every container) narrows it inside the query, so paging stays exact. Scripts
-    in the body are refused unless ``--allow-scripts`` (:func:`proxy.core.search.refuse_scripts`)."""
-    refuse_scripts(svc, body)
+    (a caller who may not see every container) narrows it inside the query, so paging stays exact. The body
+    is checked against the Query DSL allowlist first (:func:`proxy.core.search.check_caller_dsl`)."""
+    check_caller_dsl(svc, body)
     try:
         return await store.search_containers(svc.store, body, only_ids=only_ids)
     except IndexMissing:

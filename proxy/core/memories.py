@@ -17,7 +17,7 @@ from proxy.core.container_record import Container
 from proxy.core.infer import InferRequest
 from proxy.core.infer.summary import session_summary
 from proxy.core.longterm import embed_texts
-from proxy.core.search import refuse_scripts
+from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, Forbidden, MemproxyError, NotFound
 from proxy.store import memories as docs
@@ -355,8 +355,8 @@ async def search_memories(
     svc: Services, container: Container, memory_type: str, body: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The type's ``_search`` of the caller's Search DSL body, scoped to the container the way ml-commons
-    scopes it, ``neural`` clauses embedded here; the node's response. Scripts anywhere in the body are
-    refused unless ``--allow-scripts``."""
+    scopes it, ``neural`` clauses embedded here; the node's response. The body is checked against
+    the Query DSL allowlist first (scripts only with ``--allow-scripts``)."""
     index = container.index_name(memory_type)
     if index is None:
         raise MemproxyError(
@@ -369,7 +369,7 @@ async def search_memories(
         raise BadRequest(
             "[query] query malformed, no start_object after query name", os_type="parsing_exception"
         )
-    refuse_scripts(svc, body)
+    check_caller_dsl(svc, body)
     vectors = await _neural_vectors(svc, container, query)
     try:
         return await searches.ml_search(
@@ -383,11 +383,11 @@ async def delete_by_query(
     svc: Services, container: Container, memory_type: str, selection: Filter
 ) -> dict[str, Any]:
     """The node's ``_delete_by_query`` result for ``selection`` within this container (refresh=true);
-    scripts in the caller's query are refused unless ``--allow-scripts``."""
+    the caller's query is checked against the Query DSL allowlist first."""
     index = container.index_name(memory_type)
     if index is None:
         raise BadRequest(
             f"Invalid memory type or memory type is disabled: {memory_type}", os_type="status_exception"
         )
-    refuse_scripts(svc, selection)
+    check_caller_dsl(svc, selection, where="query")
     return await docs.delete_by_query(svc.store, index, selection, container_id=container.id, refresh=True)

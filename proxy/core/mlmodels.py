@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from proxy.core.clock import now_ms
 from proxy.core.models import ModelRecord, UntrustedEndpoint
-from proxy.core.search import refuse_scripts
+from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound
 from proxy.models.connector import BUILTIN_POST_PROCESS, BUILTIN_PRE_PROCESS, PredictOutput, parse_action
@@ -536,9 +536,9 @@ async def delete_model(svc: Services, model_id: str) -> None:
 
 async def search(svc: Services, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """A caller's ``_search`` over one kind of ml-commons document, as ml-commons' search routes run it
-    (with ``_version``, ``_seq_no`` and ``_primary_term`` on each hit). Scripts are refused unless
-    ``--allow-scripts``."""
-    refuse_scripts(svc, body)
+    (with ``_version``, ``_seq_no`` and ``_primary_term`` on each hit). The body is checked against
+    the Query DSL allowlist first (scripts only with ``--allow-scripts``)."""
+    check_caller_dsl(svc, body)
     query = {"version": True, "seq_no_primary_term": True, **body}
     return await svc.models.docs.search_view([kind], query)
 

@@ -18,18 +18,18 @@ from proxy.core.longterm import long_term_index
 from proxy.core.query import VectorSearch
 from proxy.core.services import Services
 from proxy.errors import BadRequest
+from proxy.store import dsl_policy
 from proxy.store import search as searches
 from proxy.store.client import IndexMissing
 from proxy.store.query import And, Filter, Hit, Not, Or, RawDsl, Term, all_of
-from proxy.store.query_dsl import find_script
 
 __all__ = [
     "MAX_K",
     "SearchResult",
+    "check_caller_dsl",
     "hybrid_search_result",
     "min_max_normalize",
     "query_vector",
-    "refuse_scripts",
     "semantic_search",
     "vector_search",
 ]
@@ -58,17 +58,8 @@ class SearchResult:
         return max(scores) if scores else None
 
 
-SCRIPTS_REFUSED = (
-    "Scripts are not allowed in a query sent to memproxy: found [{key}] at [{path}]. A script runs on the "
-    "cluster for every document it visits, and memproxy refuses them in caller-supplied Query DSL unless it "
-    "is started with --allow-scripts (MEMPROXY_ALLOW_SCRIPTS=true)"
-)
-
-
 def _caller_dsl(value: Filter | Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The caller's own Query DSL in a filter tree (its ``RawDsl`` leaves), or a whole request body."""
-    if isinstance(value, Mapping):
-        return [value]
+    """The caller's own Query DSL clauses in a filter tree (its ``RawDsl`` leaves)."""
     if isinstance(value, RawDsl):
         return [value.query]
     if isinstance(value, And | Or):
@@ -78,19 +69,16 @@ def _caller_dsl(value: Filter | Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return []  # memproxy's own clauses: terms, ranges, compiled GoodMem filters (painless included)
 
 
-def refuse_scripts(svc: Services, value: Filter | Mapping[str, Any]) -> None:
-    """400 ``illegal_argument_exception`` when a caller's Query DSL (a request body, or the ``RawDsl`` of a
-    filter tree) holds a script anywhere, unless the operator allowed scripts (``--allow-scripts``)."""
-    for dsl in _caller_dsl(value):
-        path = find_script(dsl)
-        if path is not None:
-            if getattr(getattr(svc.store, "settings", None), "allow_scripts", False):
-                return
-            key = path.rsplit(".", 1)[-1]
-            where = path if len(path) <= 200 else "…" + path[-200:]
-            raise BadRequest(
-                SCRIPTS_REFUSED.format(key=key, path=where), os_type="illegal_argument_exception"
-            )
+def check_caller_dsl(svc: Services, value: Filter | Mapping[str, Any], *, where: str = "filter") -> None:
+    """400 unless a caller's Query DSL is on the allowlist (:mod:`proxy.store.dsl_policy`): a whole
+    ``_search`` body, or the ``RawDsl`` clauses of a filter tree (named ``where`` in the 400). Scripts pass
+    only when the operator allowed them (``--allow-scripts``)."""
+    allow_scripts = bool(getattr(getattr(svc.store, "settings", None), "allow_scripts", False))
+    if isinstance(value, Mapping):
+        dsl_policy.check_search_body(value, allow_scripts=allow_scripts)
+        return
+    for clause in _caller_dsl(value):
+        dsl_policy.check_query(clause, allow_scripts=allow_scripts, path=where)
 
 
 def _check_k(k: int) -> None:
@@ -159,7 +147,7 @@ def _knn(
 async def vector_search(svc: Services, search: VectorSearch) -> SearchResult:
     """One knn request with the whole filter inside the knn clause; ``size`` = k."""
     _check_k(search.k)
-    refuse_scripts(svc, search.filter)
+    check_caller_dsl(svc, search.filter)
     index = long_term_index(search.container)
     vector = await query_vector(svc, search)
     response = await _or_none(_knn(svc, search, index, vector, with_min_score=True))
@@ -215,7 +203,7 @@ async def hybrid_search_result(
 ) -> SearchResult:
     """BM25 ``match`` on ``text_field`` and the knn search, both top-k under the same filter, fused."""
     _check_k(search.k)
-    refuse_scripts(svc, search.filter)
+    check_caller_dsl(svc, search.filter)
     if search.query_text is None or not search.query_text.strip():
         raise BadRequest("query cannot be null or blank")
     index = long_term_index(search.container)

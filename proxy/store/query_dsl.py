@@ -37,7 +37,6 @@ __all__ = [
     "bm25_search_body",
     "compile_filter",
     "container_term",
-    "find_script",
     "knn_clause",
     "neural_clauses",
     "replace_neural",
@@ -252,70 +251,6 @@ def replace_neural(query: Any, vectors: Sequence[Sequence[float]]) -> Any:
         return {"knn": {field: knn}}
 
     return _walk(query, visit)
-
-
-# Query-DSL keys that run a script on the node (painless, or a stored script), wherever they appear: a
-# ``script`` query, ``function_score``'s ``script_score`` function, script fields, runtime and derived fields
-# (``script`` inside), scripted and pipeline aggregations, ``_script`` sorts, ``terms_set``'s
-# ``minimum_should_match_script``. A field that a caller named exactly like one of them is refused as well.
-SCRIPT_KEYS = frozenset(
-    {
-        "script",
-        "script_score",
-        "script_fields",
-        "runtime_mappings",
-        "scripted_metric",
-        "_script",
-        "bucket_script",
-        "bucket_selector",
-        "init_script",
-        "map_script",
-        "combine_script",
-        "reduce_script",
-        "minimum_should_match_script",
-    }
-)
-
-
-def find_script(value: Any, path: str = "") -> str | None:
-    """The path of the first script in a caller's Query DSL (``query.bool.filter[0].script``), or ``None``.
-
-    Iterative and linear in the size of the body (a path is spelled out only for the script found), so a
-    deeply nested body costs neither the interpreter's stack nor quadratic time."""
-    # (node, index of its parent entry, the step from the parent: a key or a list position)
-    entries: list[tuple[Any, int, str | int]] = [(value, -1, path)]
-    stack = [0]
-    while stack:
-        at = stack.pop()
-        node = entries[at][0]
-        if isinstance(node, Mapping):
-            for key in node:
-                if str(key) in SCRIPT_KEYS:
-                    return _spell(entries, at, str(key))
-            children: list[tuple[Any, str | int]] = [(v, str(k)) for k, v in node.items()]
-        elif isinstance(node, list):
-            children = list(zip(node, range(len(node)), strict=True))
-        else:
-            continue
-        for child, step in reversed(children):
-            entries.append((child, at, step))
-            stack.append(len(entries) - 1)
-    return None
-
-
-def _spell(entries: list[tuple[Any, int, str | int]], at: int, key: str) -> str:
-    steps: list[str | int] = [key]
-    while at >= 0:
-        _, parent, step = entries[at]
-        steps.append(step)
-        at = parent
-    parts: list[str] = []
-    for step in reversed(steps):
-        if isinstance(step, int):
-            parts.append(f"[{step}]")
-        elif step:
-            parts.append(f".{step}" if parts else step)
-    return "".join(parts)
 
 
 def apply_ml_search_options(body: Mapping[str, Any]) -> dict[str, Any]:
