@@ -118,7 +118,8 @@ class _Checker:
             if depth > MAX_DEPTH:
                 raise _refuse("depth", "nesting", at, f"a body may nest at most {MAX_DEPTH} levels")
             for child, child_kind, step in self.children(node, kind, at):
-                stack.append((child, child_kind, (at, step), depth + 1))
+                # A step "" re-reads the same value under another schema: the path does not grow.
+                stack.append((child, child_kind, (at, step) if step != "" else at, depth + 1))
 
     def children(self, node: Any, kind: Schema, at: Path) -> Iterator[tuple[Any, Schema, str | int]]:
         """The parts of ``node`` still to check, with their schemas; raises for what ``kind`` refuses."""
@@ -199,8 +200,8 @@ class _Checker:
             yield node, NAMED[kind], ""
 
 
-def _stored_script(spec: Mapping[str, Any]) -> str | None:
-    return "a stored script is not allowed; send its source" if "id" in spec else None
+def _stored_script(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    return ("id", "a stored script cannot be checked; send its source") if "id" in spec else None
 
 
 SCRIPT_VALUE = Shape(

@@ -25,7 +25,7 @@ from proxy.store.query_dsl import (
     vector_search_body,
 )
 
-__all__ = ["empty_search_response", "hits", "lexical_search", "ml_search", "vector_search"]
+__all__ = ["empty_search_response", "hits", "lexical_search", "ml_request", "ml_search", "vector_search"]
 
 _EMPTY_SEARCH_RESPONSE: dict[str, Any] = {
     "took": 0,
@@ -120,9 +120,22 @@ async def ml_search(
     (one vector per clause, in :func:`proxy.store.query_dsl.neural_clauses` order), and ml-commons' forced
     options (versions, ``_source``) apply.
     """
+    return await search(
+        store, index, ml_request(body, container_id=container_id, neural_vectors=neural_vectors)
+    )
+
+
+def ml_request(
+    body: Mapping[str, Any],
+    *,
+    container_id: str | None = None,
+    neural_vectors: Sequence[Sequence[float]] = (),
+) -> dict[str, Any]:
+    """The body :func:`ml_search` sends for a caller's body (checked by :mod:`proxy.store.dsl_policy`
+    first): the query scoped, ``neural`` turned into ``knn``, ml-commons' forced options applied."""
     request = dict(body)
     if container_id is not None:
         request["query"] = add_filter(request.get("query"), container_term(container_id))
     if neural_vectors:
         request["query"] = replace_neural(request["query"], neural_vectors)
-    return await search(store, index, apply_ml_search_options(request))
+    return apply_ml_search_options(request)
