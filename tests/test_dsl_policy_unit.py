@@ -152,16 +152,16 @@ def _verdict(body: dict[str, Any], allow_scripts: bool = False) -> bool:
 def test_each_catalogued_name_alone() -> None:
     """Every name of the catalogue, once, in a body of its own: the accepted ones are on the allowlist and
     none is a never-allowed one; the never-allowed ones are all refused."""
-    q = {"match_all": {}}
-    accepted = set()
-    for name, make in cat.QUERIES.items():
-        if _verdict({"query": {name: make(q)}}):
+    q: dict[str, Any] = {"match_all": {}}
+    accepted: set[str] = set()
+    for name, clause in cat.QUERIES.items():
+        if _verdict({"query": {name: clause(q)}}):
             accepted.add(name)
-    for name, make in cat.AGGREGATIONS.items():
-        if _verdict({"aggs": {"a": {name: make(q)}}}):
+    for name, agg in cat.AGGREGATIONS.items():
+        if _verdict({"aggs": {"a": {name: agg(q)}}}):
             accepted.add(name)
-    for key, make in cat.BODY_KEYS.items():
-        if _verdict({key: make(q, {"t": {"terms": {"field": "f"}}})}):
+    for key, value in cat.BODY_KEYS.items():
+        if _verdict({key: value(q, {"t": {"terms": {"field": "f"}}})}):
             accepted.add(key)
     allowed = set(dsl_grammar.CLAUSES) | set(dsl_grammar.AGGREGATIONS) | set(dsl_grammar.SEARCH_BODY.keys)
     assert accepted <= allowed
@@ -256,7 +256,7 @@ def test_refusals_name_what_they_refuse(body: dict[str, Any], name: str) -> None
 
 
 def test_legitimate_bodies_are_accepted() -> None:
-    for body in [
+    legitimate: list[dict[str, Any]] = [
         {"query": {"bool": {"must": [{"match": {"memory": "tea"}}],
                             "filter": [{"term": {"namespace.user_id": "b"}}]}},
          "size": 5, "from": 5, "sort": [{"created_time": "desc"}], "_source": ["memory"]},
@@ -270,5 +270,6 @@ def test_legitimate_bodies_are_accepted() -> None:
                                             "min_doc_count": 0}}}},
         {"query": {"match_all": {}}, "post_filter": {"term": {"a": 1}}, "collapse": {"field": "f"},
          "highlight": {"fields": {"memory": {}}}, "track_total_hits": True, "search_after": [1]},
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for body in legitimate:
         check_search_body(body, allow_scripts=False)
