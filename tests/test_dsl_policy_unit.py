@@ -273,3 +273,28 @@ def test_legitimate_bodies_are_accepted() -> None:
     ]  # fmt: skip
     for body in legitimate:
         check_search_body(body, allow_scripts=False)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from([*cat.BODY_KEYS, *cat.QUERIES, *cat.AGGREGATIONS, "x", "id"]), inner,
+                      max_size=4),
+    max_leaves=40,
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(body=st.dictionaries(st.sampled_from(sorted(cat.BODY_KEYS)), JSON, max_size=4))
+def test_any_json_is_accepted_or_refused_never_an_exception(body: dict[str, Any]) -> None:
+    """Whatever the caller sends (the JSON reader's types, nested at random) is a 400 or accepted: the
+    check itself never fails with anything else (which would be a 500)."""
+    for allow_scripts in (False, True):
+        try:
+            check_search_body(body, allow_scripts=allow_scripts)
+        except DslRefused as refused:
+            assert refused.status == 400
+    try:
+        refuse_lookups(body)
+    except DslRefused as refused:
+        assert refused.status == 400
