@@ -160,5 +160,7 @@ async def split_shared(
     """(indices to drop, indices to purge of this container's documents) for a delete that asks for
     ``memory_types``' indices: an index another container uses is only purged."""
     names = [n for t in dict.fromkeys(memory_types) if (n := container.index_name(t)) is not None]
+    if not names:
+        return [], []
     users = await family_users(svc, container, enough=set(names))
     return [n for n in names if not users[n]], [n for n in names if users[n]]

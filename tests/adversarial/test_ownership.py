@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,65 +127,81 @@ def delete_all(client: httpx.Client, cid: str) -> httpx.Response:
 # --- names: no spelling of a prefix reaches another family ------------------------------------------------
 
 
-def _tricks(w: World, bob_system_prefix: str) -> list[str]:
-    return [
-        ".plugins-ml-am-default",  # ml-commons' default family: everyone's memories
-        f".plugins-ml-am-{w.goodmem_prefix}",  # every GoodMem space on this embedder
-        f".plugins-ml-am-{bob_system_prefix}",  # another tenant's own system family
-        ".plugins-ml-am-Default",  # upper case
-        ".plugins-ml-am-default-",  # trailing '-'
-        "memproxy-goodmem",  # memproxy's private indices
-        "memproxy-jobs",
-        f".hidden-{uuid.uuid4().hex[:6]}",  # a hidden name
-    ]
+TRICKS: dict[str, Callable[[dict[str, str]], str]] = {
+    "system-default": lambda f: ".plugins-ml-am-default",  # ml-commons' default family: everyone's memories
+    "system-goodmem": lambda f: f".plugins-ml-am-{f['goodmem']}",  # every GoodMem space on this embedder
+    "system-other-tenant": lambda f: f".plugins-ml-am-{f['system']}",  # another tenant's own system family
+    "upper-case": lambda f: ".plugins-ml-am-Default",
+    "trailing-dash": lambda f: ".plugins-ml-am-default-",
+    "memproxy-goodmem": lambda f: "memproxy-goodmem",  # memproxy's private indices
+    "memproxy-jobs": lambda f: "memproxy-jobs",
+    "hidden": lambda f: f".hidden-{f['system']}",
+}
 
 
-def test_prefixes_that_spell_other_families_are_refused(world: World) -> None:
+@pytest.fixture(scope="module")
+def bobs_families(world: World) -> Iterator[dict[str, str]]:
+    """Families bob's containers hold: a system prefix, a plain prefix, the GoodMem one (his space), and a
+    prefix whose indices exist with no container at all."""
     w = world
-    with w.as_(w.alice) as alice, w.as_(w.bob) as bob:
-        bob_prefix = unique("bobsys")
-        container(bob, {"index_prefix": bob_prefix})
-        for prefix in _tricks(w, bob_prefix):
-            res = create(alice, {"index_prefix": prefix, "use_system_index": False})
-            assert res.status_code == 400, (prefix, res.text)
-            assert res.json()["error"]["type"] == "parse_exception", res.text
-            assert f"invalid index prefix [{prefix}]" in res.json()["error"]["reason"]
-
-
-def test_another_tenants_family_cannot_be_joined(world: World) -> None:
-    w = world
-    with w.as_(w.alice) as alice, w.as_(w.bob) as bob:
-        system, plain, bare = unique("sys"), unique("plain"), unique("bare")
-        container(bob, {"index_prefix": system})
-        container(bob, {"index_prefix": plain, "use_system_index": False})
+    families = {"system": unique("sys"), "plain": unique("plain"), "bare": unique("bare")}
+    families["goodmem"] = w.goodmem_prefix
+    with w.as_(w.bob) as bob:
+        container(bob, {"index_prefix": families["system"]})
+        container(bob, {"index_prefix": families["plain"], "use_system_index": False})
         space(bob, w)
-        # Indices that exist with no container at all belong to nobody a tenant may speak for.
-        assert httpx.put(f"{w.node}/{bare}-memory-working", timeout=30).status_code == 200
-        refused = [
-            {"index_prefix": system},
-            {"index_prefix": plain, "use_system_index": False},
-            {"index_prefix": w.goodmem_prefix, **embedding(w)},  # the GoodMem family bob's space is in
-            {"index_prefix": bare, "use_system_index": False},
-        ]
-        for configuration in refused:
-            res = create(alice, configuration)
-            assert res.status_code == 403, (configuration, res.text)
-            assert res.json()["error"]["type"] == "security_exception", res.text
-        # The same refusal whether containers or bare indices hold the names: it tells nothing more.
-        texts = {create(alice, c).json()["error"]["reason"].split("[", 1)[0] for c in refused}
-        assert len(texts) == 1, texts
-        # Controls: a neighbouring name is another family; ml-commons' default is everyone's; an
-        # administrator may join any family.
-        container(alice, {"index_prefix": plain + "-", "use_system_index": False})
+    assert httpx.put(f"{w.node}/{families['bare']}-memory-working", timeout=30).status_code == 200
+    yield families
+    httpx.delete(f"{w.node}/{families['bare']}-memory-working", timeout=30)
+
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
+def test_prefixes_that_spell_other_families_are_refused(
+    world: World, bobs_families: dict[str, str], trick: str
+) -> None:
+    prefix = TRICKS[trick](bobs_families)
+    with world.as_(world.alice) as alice:
+        res = create(alice, {"index_prefix": prefix, "use_system_index": False})
+    assert res.status_code == 400, (prefix, res.text)
+    assert res.json()["error"]["type"] == "parse_exception", res.text
+    assert f"invalid index prefix [{prefix}]" in res.json()["error"]["reason"]
+
+
+JOINS: dict[str, Callable[[dict[str, str], World], dict[str, Any]]] = {
+    "system": lambda f, w: {"index_prefix": f["system"]},
+    "plain": lambda f, w: {"index_prefix": f["plain"], "use_system_index": False},
+    "goodmem": lambda f, w: {"index_prefix": f["goodmem"], **embedding(w)},  # bob's space is in it
+    "bare-indices": lambda f, w: {"index_prefix": f["bare"], "use_system_index": False},
+}
+
+
+@pytest.mark.parametrize("family", sorted(JOINS))
+def test_another_tenants_family_cannot_be_joined(
+    world: World, bobs_families: dict[str, str], family: str
+) -> None:
+    with world.as_(world.alice) as alice:
+        res = create(alice, JOINS[family](bobs_families, world))
+    assert res.status_code == 403, res.text
+    assert res.json()["error"]["type"] == "security_exception", res.text
+    # One text whether containers or bare indices hold the names: the refusal tells nothing more.
+    assert "are in use and not yours to share" in res.json()["error"]["reason"]
+
+
+def test_open_and_neighbouring_families_can_be_used(world: World, bobs_families: dict[str, str]) -> None:
+    """Controls: a neighbouring name is another family; ml-commons' default is everyone's; an administrator
+    may join any family."""
+    w = world
+    with w.as_(w.alice) as alice:
+        container(alice, {"index_prefix": bobs_families["plain"] + "-", "use_system_index": False})
         container(alice, {})
-        container(w.root, {"index_prefix": plain, "use_system_index": False})
-        httpx.delete(f"{w.node}/{bare}-memory-working", timeout=30)
+    container(w.root, {"index_prefix": bobs_families["plain"], "use_system_index": False})
 
 
 # --- deletes: an index goes with its last user ---------------------------------------------------------
 
 
-def test_delete_all_memories_spares_a_shared_family(world: World) -> None:
+@pytest.mark.parametrize("params", [{"delete_all_memories": "true"}, {"delete_memories": "working,sessions"}])
+def test_deleting_memories_spares_a_shared_family(world: World, params: dict[str, str]) -> None:
     w = world
     prefix = unique("shared")
     working = f"{prefix}-memory-working"
@@ -195,7 +211,7 @@ def test_delete_all_memories_spares_a_shared_family(world: World) -> None:
         working_id(bob, mine)
         kept = working_id(w.root, theirs)
 
-        res = delete_all(bob, mine)
+        res = bob.delete(f"{MC}/{mine}", params=params)
         assert res.status_code == 200, res.text
         assert index_exists(w, working)
         assert node_count(w, working, mine) == 0
@@ -227,30 +243,51 @@ def test_delete_all_memories_spares_a_goodmem_family(world: World) -> None:
 # --- the path names the container ------------------------------------------------------------------------
 
 
-def test_a_body_container_id_cannot_redirect_a_write(world: World) -> None:
+# route → (method, path under …/memories, body); the body's container id goes at the top, or with "item"
+# into each memory of a bulk.
+WRITES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "add": ("POST", "", {"payload_type": "data", "structured_data": {"x": "1"}}),
+    "session": ("POST", "/sessions", {"summary": "hijack"}),
+    "memproxy-add": ("POST", "/long-term/_memproxy_add", {"memory": "hijack"}),
+    "memproxy-bulk": ("POST", "/long-term/_memproxy_bulk", {"memories": [{"memory": "hijack"}]}),
+    "memproxy-bulk-item": ("POST", "/long-term/_memproxy_bulk", {"memories": [{"memory": "hijack"}]}),
+    "update": ("PUT", "/working/{wid}", {"tags": {"t": "hijack"}}),
+}
+
+
+def _naming(route: str, body: dict[str, Any], container_id: str) -> dict[str, Any]:
+    if route.endswith("-item"):
+        return {"memories": [{**m, "memory_container_id": container_id} for m in body["memories"]]}
+    return {**body, "memory_container_id": container_id}
+
+
+@pytest.fixture(scope="module")
+def two_spaces(world: World) -> tuple[str, str]:
+    """alice's space and bob's, in the same GoodMem family (their memories share indices)."""
+    with world.as_(world.alice) as alice, world.as_(world.bob) as bob:
+        return space(alice, world), space(bob, world)
+
+
+@pytest.mark.parametrize("route", sorted(WRITES))
+def test_a_body_container_id_cannot_redirect_a_write(
+    world: World, two_spaces: tuple[str, str], route: str
+) -> None:
     w = world
-    with w.as_(w.alice) as alice, w.as_(w.bob) as bob:
-        a, b = space(alice, w), space(bob, w)
-        wid = working_id(alice, a)
-        other = {"memory_container_id": b}
-        writes = [
-            ("POST", f"{MC}/{a}/memories", {"payload_type": "data", "structured_data": {"x": "1"}, **other}),
-            ("POST", f"{MC}/{a}/memories/sessions", {"summary": "hijack", **other}),
-            ("POST", f"{MC}/{a}/memories/long-term/_memproxy_add", {"memory": "hijack", **other}),
-            ("POST", f"{MC}/{a}/memories/long-term/_memproxy_bulk", {"memories": [{"memory": "x", **other}]}),
-            ("POST", f"{MC}/{a}/memories/long-term/_memproxy_bulk", {"memories": [{"memory": "x"}], **other}),
-            ("PUT", f"{MC}/{a}/memories/working/{wid}", {"tags": {"t": "hijack"}, **other}),
-        ]
-        for method, path, body in writes:
-            res = alice.request(method, path, json=body)
-            assert res.status_code == 400, (path, res.text)
-            assert res.json()["error"]["type"] == "illegal_argument_exception", res.text
-            assert "memory_container_id" in res.json()["error"]["reason"]
-        for kind in ("working", "sessions", "long-term"):
+    a, b = two_spaces
+    with w.as_(w.alice) as alice:
+        counts = {kind: node_count(w, f".plugins-ml-am-{w.goodmem_prefix}-memory-{kind}", b)
+                  for kind in ("working", "sessions", "long-term")}  # fmt: skip
+        method, suffix, body = WRITES[route]
+        path = f"{MC}/{a}/memories" + suffix.format(wid=working_id(alice, a))
+        res = alice.request(method, path, json=_naming(route, body, b))
+        assert res.status_code == 400, (path, res.text)
+        assert res.json()["error"]["type"] == "illegal_argument_exception", res.text
+        assert "memory_container_id" in res.json()["error"]["reason"]
+        for kind, before in counts.items():
             index = f".plugins-ml-am-{w.goodmem_prefix}-memory-{kind}"
-            assert node_count(w, index, b) == 0, kind
+            assert node_count(w, index, b) == before, kind
         # Control: the path's own id in the body is a plain write.
-        assert add_data(alice, a, memory_container_id=a).status_code == 200
+        assert alice.request(method, path, json=_naming(route, body, a)).status_code == 200
 
 
 # --- sessions, working memories and history are found within their container -----------------------
@@ -268,29 +305,48 @@ def _conversation(client: httpx.Client, cid: str, sid: str) -> httpx.Response:
     return client.post(f"{MC}/{cid}/memories", json=body)
 
 
-def test_a_session_id_of_another_container_is_a_new_one(world: World) -> None:
-    w = world
-    with w.as_(w.alice) as alice, w.as_(w.bob) as bob:
-        a, b = space(alice, w), space(bob, w)
+@pytest.fixture
+def bobs_sessions(world: World, two_spaces: tuple[str, str]) -> dict[str, dict[str, Any]]:
+    """Two sessions of bob's space: one of a chosen id, one the node named; each as bob reads it."""
+    _, b = two_spaces
+    with world.as_(world.bob) as bob:
         chosen = unique("sid")
         res = bob.post(f"{MC}/{b}/memories/sessions", json={"session_id": chosen, "summary": "bob's"})
         assert res.json() == {"session_id": chosen, "status": "created"}, res.text
         auto = bob.post(f"{MC}/{b}/memories/sessions", json={"summary": "bob's auto"}).json()["session_id"]
-        before = {sid: _session(bob, b, sid) for sid in (chosen, auto)}
-        time.sleep(0.05)
+        return {sid: _session(bob, b, sid) for sid in (chosen, auto)}
 
-        # create_session says what it says of a fresh id: nothing about bob's.
-        for sid in (chosen, auto, unique("fresh")):
-            res = alice.post(f"{MC}/{a}/memories/sessions", json={"session_id": sid, "summary": "alice's"})
-            assert res.json() == {"session_id": sid, "status": "created"}, (sid, res.text)
-        # Adds naming bob's ids write alice's own sessions and leave bob's documents as they were.
-        for sid in (chosen, auto):
-            res = _conversation(alice, a, sid)
-            assert res.status_code == 200, res.text
-            assert _session(alice, a, sid)["memory_container_id"] == a
-            assert _session(alice, a, sid)["summary"] == "alice's"
-            assert _session(bob, b, sid) == before[sid]
-        # An add of a new caller-chosen id makes alice's session, not one bob could find.
+
+@pytest.mark.parametrize("which", ["chosen", "node-made", "fresh"])
+def test_create_session_says_nothing_of_another_containers_id(
+    world: World, two_spaces: tuple[str, str], bobs_sessions: dict[str, dict[str, Any]], which: str
+) -> None:
+    a, b = two_spaces
+    sid = {"chosen": 0, "node-made": 1}.get(which)
+    session_id = list(bobs_sessions)[sid] if sid is not None else unique("fresh")
+    with world.as_(world.alice) as alice, world.as_(world.bob) as bob:
+        res = alice.post(f"{MC}/{a}/memories/sessions", json={"session_id": session_id, "summary": "alice's"})
+        # The answer to a fresh id, whoever else uses this one.
+        assert res.json() == {"session_id": session_id, "status": "created"}, res.text
+        assert _session(alice, a, session_id)["summary"] == "alice's"
+        if session_id in bobs_sessions:
+            assert _session(bob, b, session_id) == bobs_sessions[session_id]
+
+
+@pytest.mark.parametrize("which", ["chosen", "node-made"])
+def test_an_add_never_touches_another_containers_session(
+    world: World, two_spaces: tuple[str, str], bobs_sessions: dict[str, dict[str, Any]], which: str
+) -> None:
+    a, b = two_spaces
+    session_id = list(bobs_sessions)[0 if which == "chosen" else 1]
+    time.sleep(0.05)  # a bump of bob's session would show in its last_updated_time
+    with world.as_(world.alice) as alice, world.as_(world.bob) as bob:
+        res = _conversation(alice, a, session_id)
+        assert res.status_code == 200, res.text
+        # alice's add made alice's session of that id; bob's document is as it was.
+        assert _session(alice, a, session_id)["memory_container_id"] == a
+        assert _session(bob, b, session_id) == bobs_sessions[session_id]
+        # And a new chosen id is alice's session, not one bob can find.
         new = unique("new")
         assert _conversation(alice, a, new).status_code == 200
         assert _session(alice, a, new)["memory_container_id"] == a
