@@ -18,6 +18,7 @@ from proxy.core.clock import now_ms
 from proxy.core.configuration import complete_for_create, merge_update, validate_backend_roles
 from proxy.core.container_indices import create_memory_indices, prepare_long_term
 from proxy.core.container_record import MEMORY_TYPES, Container, ContainerNotFound, parse_memory_type
+from proxy.core.index_families import FamilyClaim, check_family_names, claim_family, split_shared
 from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError
@@ -73,6 +74,7 @@ async def create_container(
     goodmem: Mapping[str, Any] | None = None,
     container_id: str | None = None,
     owner: Mapping[str, Any] | None = None,
+    claim: FamilyClaim | None = None,
 ) -> Container:
     """Validate, create the memory indices the configuration enables, then store the container document.
 
@@ -80,6 +82,8 @@ async def create_container(
     GoodMem spaces pass ``embedding_model_type: TEXT_EMBEDDING``, ``embedding_model_id`` and
     ``embedding_dimension``); the defaults and cross-field rules of create are applied here. The indices come
     first so a failure leaves no container document behind; indices are shared and reused, never half-owned.
+    ``claim`` names the caller of a caller-chosen family, who must be allowed to join it
+    (:mod:`proxy.core.index_families`); ``None`` without authentication or for a family memproxy chose.
     """
     if container_id is not None:
         _check_custom_id(container_id)
@@ -99,6 +103,9 @@ async def create_container(
         # ml-commons' ``owner`` (the security plugin's user) of whoever created it; none without auth.
         extra={"owner": dict(owner)} if owner is not None else {},
     )
+    check_family_names(container)
+    # Before anything touches the family's indices (prepare_long_term may extend a shared mapping).
+    await claim_family(svc, container, claim)
     await prepare_long_term(svc, container)
     await store.ensure_container_index(svc.store)
     if container_id is not None:
@@ -223,29 +230,21 @@ async def delete_container(
 ) -> dict[str, Any]:
     """Delete the container document; returns the node's delete result.
 
-    ``delete_memory_types`` / ``delete_all_memories`` delete whole indices as ml-commons does (refused with
-    409 when another container shares the prefix). ``purge_memories`` (memproxy, used by GoodMem) instead
-    deletes this container's documents from every index it uses, which is safe on shared indices; a
-    container that is a GoodMem space (it has a ``goodmem`` object) is always purged, whichever API deletes
-    it; in any other container the GoodMem chunks (long-term documents with a ``memory_id``) go, so no chunk
-    outlives its memory record. Its GoodMem memory records and grants always go, and the read caches forget
-    it (and every cached permission) before this returns.
+    ``delete_memory_types`` / ``delete_all_memories`` delete those types' indices as ml-commons does, but an
+    index another container still uses (compared by resolved name, :mod:`proxy.core.index_families`) only
+    loses this container's documents (ml-commons refuses the whole delete with 409 when another container
+    shares the prefix). ``purge_memories`` (memproxy, used by GoodMem) deletes this container's documents
+    from every index it uses, which is safe on shared indices; a container that is a GoodMem space (it has a
+    ``goodmem`` object) is always purged, whichever API deletes it; in any other container the GoodMem chunks
+    (long-term documents with a ``memory_id``) go, so no chunk outlives its memory record. Its GoodMem
+    memory records and grants always go, and the read caches forget it (and every cached permission) before
+    this returns.
     """
     container = await get_container(svc, container_id)
     types = list(MEMORY_TYPES) if delete_all_memories else [parse_memory_type(t) for t in delete_memory_types]
-    if types and await store.count_containers(svc.store, index_prefix=container.index_prefix) > 1:
-        raise Conflict(
-            "Cannot delete memory indices as multiple containers share the index prefix "
-            f"'{container.index_prefix}'. Please delete the container without index deletion, or use "
-            "delete_by_query API for data cleanup."
-        )
     if purge_memories or container.goodmem is not None:
         for memory_type in MEMORY_TYPES:
-            index = container.index_name(memory_type)
-            if index is not None:
-                await docs.delete_by_query(
-                    svc.store, index, MatchAll(), container_id=container.id, ignore_missing=True
-                )
+            await _purge_index(svc, container, container.index_name(memory_type))
     elif (long_term := container.index_name("long-term")) is not None:
         # ml-commons keeps a deleted container's memories; GoodMem chunks go with their records (below).
         await docs.delete_by_query(
@@ -257,11 +256,21 @@ async def delete_container(
     # The container is also a GoodMem space, whichever API deletes it: its memory records and grants go
     # with it, or they would linger unreachable in GoodMem's indices.
     await _purge_goodmem_documents(svc, container_id)
-    for memory_type in dict.fromkeys(types):
-        index = container.index_name(memory_type)
-        if index is not None:
-            await store.delete_index(svc.store, index)
+    # Decided last, so that a container created onto the family meanwhile still counts as a user.
+    drop, shared = await split_shared(svc, container, types)
+    for index in shared:
+        await _purge_index(svc, container, index)
+    for index in drop:
+        await store.delete_index(svc.store, index)
     return result
+
+
+async def _purge_index(svc: Services, container: Container, index: str | None) -> None:
+    """This container's documents of ``index`` (a disabled type's ``None``: nothing)."""
+    if index is not None:
+        await docs.delete_by_query(
+            svc.store, index, MatchAll(), container_id=container.id, ignore_missing=True
+        )
 
 
 async def _purge_goodmem_documents(svc: Services, container_id: str) -> None:

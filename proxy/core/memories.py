@@ -19,6 +19,7 @@ from proxy.core.infer.summary import session_summary
 from proxy.core.longterm import embed_texts
 from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
+from proxy.core.sessions import find_session
 from proxy.errors import BadRequest, Conflict, Forbidden, MemproxyError, NotFound
 from proxy.store import memories as docs
 from proxy.store import search as searches
@@ -206,6 +207,7 @@ async def _upsert_session(
     owner_id: str | None,
 ) -> None:
     """3.8: a client-chosen session gets a minimal document if it has none, and its time moves on."""
+    doc_id, _ = await find_session(svc, container, index, session_id)
     now = now_ms()
     minimal = {
         **_owned(owner_id),
@@ -214,9 +216,7 @@ async def _upsert_session(
         "created_time": now,
         "last_updated_time": now,
     }
-    await docs.update_doc(
-        svc.store, index, session_id, {"last_updated_time": now}, upsert=minimal, refresh=True
-    )
+    await docs.update_doc(svc.store, index, doc_id, {"last_updated_time": now}, upsert=minimal, refresh=True)
 
 
 @dataclass
@@ -246,13 +246,16 @@ async def create_session(svc: Services, container: Container, req: CreateSession
         if getattr(req, key) is not None:
             doc[key] = getattr(req, key)
     session_id = req.session_id if req.session_id and req.session_id.strip() else None
-    try:
-        result = await docs.index_doc(svc.store, index, doc, doc_id=session_id, create=True, refresh=True)
-    except Conflict:
-        if session_id is not None:
-            return {"session_id": session_id, "status": "exists"}
-        raise
-    return {"session_id": result["_id"], "status": "created"}
+    if session_id is None:
+        result = await docs.index_doc(svc.store, index, doc, create=True, refresh=True)
+        return {"session_id": result["_id"], "status": "created"}
+    doc_id, found = await find_session(svc, container, index, session_id)
+    if found is None:
+        try:
+            await docs.index_doc(svc.store, index, doc, doc_id=doc_id, create=True, refresh=True)
+        except Conflict:
+            found = {}  # created by a concurrent request of this container since the lookup
+    return {"session_id": session_id, "status": "created" if found is None else "exists"}
 
 
 # --- get / update / delete by type -----------------------------------------------------------------
@@ -261,11 +264,15 @@ async def create_session(svc: Services, container: Container, req: CreateSession
 async def _load(
     svc: Services, container: Container, memory_type: str, memory_id: str
 ) -> tuple[str, dict[str, Any]]:
+    """The index and the node's GET answer (its ``_id`` the stored id) of one memory of this container."""
     index = _index_or_404(container, memory_type)
-    try:
-        found = await docs.get_doc(svc.store, index, memory_id)
-    except IndexMissing:
-        found = None
+    if memory_type == "sessions":
+        _, found = await find_session(svc, container, index, memory_id)
+    else:
+        try:
+            found = await docs.get_doc(svc.store, index, memory_id)
+        except IndexMissing:
+            found = None
     # Indices are shared by every container with the same prefix: another container's memory is not found.
     if found is None or found["_source"].get("memory_container_id") != container.id:
         raise NotFound("Memory not found")
@@ -319,7 +326,7 @@ async def update_memory(
         svc.store,
         index,
         doc,
-        doc_id=memory_id,
+        doc_id=str(found["_id"]),
         refresh=True,
         if_seq_no=found.get("_seq_no"),
         if_primary_term=found.get("_primary_term"),
@@ -329,8 +336,8 @@ async def update_memory(
 async def delete_memory(
     svc: Services, container: Container, memory_type: str, memory_id: str
 ) -> dict[str, Any]:
-    index, _ = await _load(svc, container, memory_type, memory_id)
-    return await docs.delete_doc(svc.store, index, memory_id, refresh=False)
+    index, found = await _load(svc, container, memory_type, memory_id)
+    return await docs.delete_doc(svc.store, index, str(found["_id"]), refresh=False)
 
 
 # --- search and delete by query --------------------------------------------------------------------

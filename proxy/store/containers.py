@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.store.client import IndexExists, IndexMissing, Store, url
-from proxy.store.memories import count, delete_by_query_deadline, search
-from proxy.store.query import Filter, Term
+from proxy.store.memories import delete_by_query_deadline, search
+from proxy.store.query import Filter
 from proxy.store.query_dsl import compile_filter, container_term
 from proxy.store.search import ml_search
 from proxy.store.templates import render_index_body
@@ -22,7 +22,6 @@ from proxy.store.templates import render_index_body
 __all__ = [
     "CONTAINER_INDEX",
     "EMBEDDING_META_KEY",
-    "count_containers",
     "create_index",
     "delete_index",
     "ensure_container_index",
@@ -144,11 +143,6 @@ async def purge_container_documents(store: Store, container_id: str) -> int:
 
 
 # --- the container index's searches ----------------------------------------------------------------
-
-
-async def count_containers(store: Store, *, index_prefix: str) -> int:
-    """How many containers keep their memories under ``index_prefix``."""
-    return await count(store, CONTAINER_INDEX, Term("configuration.index_prefix", index_prefix))
 
 
 async def list_containers(

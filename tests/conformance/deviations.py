@@ -16,6 +16,7 @@ __all__ = [
     "ADD_MEMORY_EMPTY_BODY",
     "AUTO_SESSION_DOCUMENT",
     "AUTO_SESSION_WITHOUT_SECURITY",
+    "BODY_CONTAINER_ID",
     "CONNECTOR_SCRIPTS_REFUSED",
     "CONTAINER_UPDATE_REFRESHES",
     "DELETE_BY_QUERY_PROCEEDS",
@@ -23,10 +24,13 @@ __all__ = [
     "DIMENSION_CHECKED",
     "DSL_ALLOWLIST",
     "EFFICIENT_FILTERING",
+    "HIDDEN_PREFIX_REFUSED",
     "HYBRID_TOTAL",
     "LOCAL_MODELS_REFUSED",
     "LONG_TERM_WITHOUT_STRATEGIES",
     "SCRIPTS_REFUSED",
+    "SESSION_ID_PER_CONTAINER",
+    "SHARED_FAMILY_DELETE",
     "UPDATE_ERRORS_4XX",
     "WORKING_SESSION_ID_FIELD",
 ]
@@ -296,6 +300,72 @@ AUTO_SESSION_DOCUMENT = Deviation(
 )
 
 
+def _body_container_id(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200 and "working_memory_id" in ref.body, ref
+    status, etype, reason = _error(mp)
+    assert (status, etype) == (400, "illegal_argument_exception"), mp
+    assert reason.startswith("memory_container_id in the request body ["), mp
+
+
+BODY_CONTAINER_ID = Deviation(
+    "body-container-id",
+    "A write whose body names another `memory_container_id` than its path (add memory, create session, "
+    "update a memory, the long-term extensions) is refused with 400 `illegal_argument_exception`; "
+    "ml-commons 3.6 lets the body's id override the path and writes into that container.",
+    _body_container_id,
+)
+
+
+def _session_id_per_container(ref: Reply, mp: Reply) -> None:
+    # Normalised, ml-commons' _id is the session id's placeholder and memproxy's a new one.
+    (ref_hit,), (mp_hit,) = _hits(ref), _hits(mp)
+    assert ref_hit["_id"] != mp_hit["_id"] and mp_hit["_id"].startswith("<id:"), (ref_hit, mp_hit)
+    assert_same(ref, _without(mp, lambda b: b["hits"]["hits"][0].update(_id=ref_hit["_id"])))
+
+
+SESSION_ID_PER_CONTAINER = Deviation(
+    "session-id-per-container",
+    "A caller-chosen session id is stored under the document id `<container id>:<session id>` (shown as "
+    "`_id` by `sessions/_search`), so that two containers sharing a sessions index keep separate sessions "
+    "of the same id; ml-commons 3.6 stores it under the id itself, shared by every container of the index.",
+    _session_id_per_container,
+)
+
+
+def _hidden_prefix_refused(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200 and ref.body.get("status") == "created", ref
+    status, etype, reason = _error(mp)
+    assert (status, etype) == (400, "parse_exception"), mp
+    assert "must not start with '.' unless use_system_index is true" in reason, mp
+
+
+HIDDEN_PREFIX_REFUSED = Deviation(
+    "hidden-prefix-refused",
+    "A non-system `index_prefix` (`use_system_index: false`) whose index names would be hidden (a leading "
+    "`.`, `.plugins-ml-am-*` included) or memproxy's own (`memproxy-*`) is refused with 400 "
+    "`parse_exception`; ml-commons 3.6 creates the container on those names.",
+    _hidden_prefix_refused,
+)
+
+
+def _shared_family_delete(ref: Reply, mp: Reply) -> None:
+    status, etype, reason = _error(ref)
+    assert (status, etype) == (409, "status_exception"), ref
+    assert reason.startswith("Cannot delete memory indices as multiple containers share the index prefix"), (
+        ref
+    )
+    assert mp.status == 200 and mp.body["result"] == "deleted", mp
+
+
+SHARED_FAMILY_DELETE = Deviation(
+    "shared-family-delete",
+    "`delete_all_memories` / `delete_memories` on a container whose indices another container also uses "
+    "deletes the container and its own documents from those indices, and drops only the indices nobody else "
+    "uses; ml-commons 3.6 refuses the whole delete with 409.",
+    _shared_family_delete,
+)
+
+
 DEVIATION_LIST: list[Deviation] = [
     EFFICIENT_FILTERING,
     LONG_TERM_WITHOUT_STRATEGIES,
@@ -312,4 +382,8 @@ DEVIATION_LIST: list[Deviation] = [
     LOCAL_MODELS_REFUSED,
     AUTO_SESSION_WITHOUT_SECURITY,
     AUTO_SESSION_DOCUMENT,
+    BODY_CONTAINER_ID,
+    SESSION_ID_PER_CONTAINER,
+    HIDDEN_PREFIX_REFUSED,
+    SHARED_FAMILY_DELETE,
 ]

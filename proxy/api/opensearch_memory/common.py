@@ -24,6 +24,7 @@ __all__ = [
     "load_container",
     "object_body",
     "read_json",
+    "refuse_other_container",
     "search_failures",
     "services",
 ]
@@ -110,6 +111,24 @@ async def load_container(
     seconds (proxy.core.cache)."""
     container_id = container_id or request.match_info["memory_container_id"]
     return await get_container(services(request), container_id, cached=cached)
+
+
+def refuse_other_container(request: web.Request, body: Any) -> None:
+    """400 when a write body's ``memory_container_id`` names another container than the path.
+
+    The path is what the access check read, so it alone says where a write goes: ml-commons lets the body's
+    id override it (the write would land in a container the caller was never checked for). Repeating the
+    path's id is fine.
+    """
+    if not isinstance(body, dict) or body.get("memory_container_id") is None:
+        return
+    named = body["memory_container_id"]
+    path = request.match_info["memory_container_id"]
+    if not isinstance(named, str) or named != path:
+        raise BadRequest(
+            f"memory_container_id in the request body [{named}] differs from the memory container of the "
+            f"path [{path}]"
+        )
 
 
 def json_response(body: Any) -> web.Response:

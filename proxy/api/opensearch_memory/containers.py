@@ -20,6 +20,7 @@ from proxy.api.opensearch_memory.lenient import (
 from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core import containers as core
 from proxy.core.identity import visible_container_ids
+from proxy.core.index_families import FamilyClaim
 from proxy.errors import BadRequest, NotFound
 
 __all__ = ["create", "delete", "get", "search", "update"]
@@ -52,6 +53,7 @@ async def create(request: web.Request) -> web.Response:
         configuration=configuration,
         backend_roles=backend_roles,
         owner=who.owner_record() if who is not None else None,
+        claim=FamilyClaim(request.app[IDENTITY], who) if who is not None else None,
     )
     return json_response({"memory_container_id": container.id, "status": "created"})
 

@@ -13,6 +13,7 @@ from proxy.api.opensearch_memory.common import (
     load_container,
     object_body,
     read_json,
+    refuse_other_container,
     search_failures,
     services,
 )
@@ -175,10 +176,9 @@ async def add_memory(request: web.Request) -> web.Response:
         raise BadRequest("Add memory request has empty body")
     if not isinstance(raw, dict):
         raise token_error("START_OBJECT", raw)
+    refuse_other_container(request, raw)
     req = _add_memory_request(raw, _owner(request))
-    # ml-commons lets a body memory_container_id override the path.
-    container_id = optional(raw, "memory_container_id", as_str)
-    container = await load_container(request, container_id)
+    container = await load_container(request)
     added = await core.add_memory(services(request), container, req)
     response = dict(added.response)
     if added.infer is not None:
@@ -221,6 +221,7 @@ def inference_view(job: Job) -> dict[str, Any]:
 
 async def create_session(request: web.Request) -> web.Response:
     body = await object_body(request, "Request body is required")
+    refuse_other_container(request, body)
     req = core.CreateSessionRequest(
         session_id=optional(body, "session_id", as_str),
         summary=optional(body, "summary", as_str),
@@ -266,6 +267,7 @@ async def get_memory(request: web.Request) -> web.Response:
 async def update_memory(request: web.Request) -> web.Response:
     memory_type, memory_id = _type_and_id(request)
     body = await object_body(request, "Update memory request has empty body")
+    refuse_other_container(request, body)
     if not body:
         raise BadRequest("Text cannot be null or empty")
     update = core.MemoryUpdate(
@@ -337,6 +339,7 @@ def _long_term_memory(raw: Any, owner_id: str | None) -> LongTermMemory:
 async def add_long_term(request: web.Request) -> web.Response:
     """``POST …/memories/long-term/_memproxy_add``: one memory → ``{"long_term_memory_id", "status"}``."""
     body = await object_body(request, "Add long-term memory request has empty body")
+    refuse_other_container(request, body)
     memory = _long_term_memory(body, _owner(request))
     container = await load_container(request)
     ids = await write_long_term(services(request), container, [memory])
@@ -351,6 +354,8 @@ async def add_long_term_bulk(request: web.Request) -> web.Response:
         raise token_error("START_ARRAY", raw)
     if not raw or len(raw) > MAX_LONG_TERM_BATCH:
         raise BadRequest(f"memories must hold between 1 and {MAX_LONG_TERM_BATCH} memories")
+    for item in (body, *raw):
+        refuse_other_container(request, item)
     memories = [_long_term_memory(item, _owner(request)) for item in raw]
     container = await load_container(request)
     ids = await write_long_term(services(request), container, memories)
