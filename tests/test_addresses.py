@@ -187,3 +187,15 @@ def test_download_headers() -> None:
     assert (
         legacy["Content-Type"] == "application/octet-stream" and legacy["Content-Disposition"] == "attachment"
     )
+
+
+def test_the_setting_is_read_and_checked_at_start_up() -> None:
+    from proxy.config import parse_settings
+
+    assert parse_settings([], {}).allow_private_model_endpoints == ()
+    flag = parse_settings(["--allow-private-model-endpoints", "loopback, 10.1.0.0/16"], {})
+    assert flag.allow_private_model_endpoints == ("loopback", "10.1.0.0/16")
+    env = parse_settings([], {"MEMPROXY_ALLOW_PRIVATE_MODEL_ENDPOINTS": "private"})
+    assert env.allow_private_model_endpoints == ("private",)
+    with pytest.raises(SystemExit, match="allow-private-model-endpoints"):
+        parse_settings(["--allow-private-model-endpoints", "everywhere"], {})
