@@ -10,6 +10,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from proxy.models.addresses import parse_allowed
+
 if TYPE_CHECKING:
     from proxy.embedding.config import EngineOptions
 
@@ -88,6 +90,10 @@ class Settings:
     # Regular expressions a runtime-registered model's URL must match (ml-commons'
     # trusted_connector_endpoints_regex): any HTTPS host, and plain HTTP on loopback only.
     trusted_model_endpoints: tuple[str, ...] = DEFAULT_TRUSTED_MODEL_ENDPOINTS
+    # Non-public address ranges a runtime-registered model may still connect to (checked on the resolved
+    # address at connect time): "loopback", "private", "link-local" or CIDRs. Empty: public addresses only
+    # (docs/security.md, "Models: credentials and endpoints"). Start-up models are the operator's: any.
+    allow_private_model_endpoints: tuple[str, ...] = ()
     # Durable jobs (docs/jobs.md): jobs this process runs at once (0: none, it only enqueues), the lease a
     # running job holds (renewed while it runs; another process takes over once it expires), the attempts
     # a job gets, and how often an idle process looks for due jobs.
@@ -240,6 +246,13 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         str,
         "regular expressions (comma separated) a registered model's URL must match",
     ),
+    (
+        "allow-private-model-endpoints",
+        "MEMPROXY_ALLOW_PRIVATE_MODEL_ENDPOINTS",
+        str,
+        "non-public ranges a registered model may connect to: loopback, private, link-local or CIDRs "
+        "(comma separated; default none)",
+    ),
 ]
 
 
@@ -356,6 +369,13 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
             except re.error as exc:
                 raise SystemExit(f"memproxy: --trusted-model-endpoints: {pattern!r}: {exc}") from None
         values["trusted_model_endpoints"] = patterns
+    if isinstance(values.get("allow_private_model_endpoints"), str):
+        entries = tuple(e.strip() for e in values["allow_private_model_endpoints"].split(",") if e.strip())
+        try:
+            parse_allowed(entries)
+        except ValueError as exc:
+            raise SystemExit(f"memproxy: --allow-private-model-endpoints: {exc}") from None
+        values["allow_private_model_endpoints"] = entries
     if env.get("MEMPROXY_SECRET_KEY"):
         values["secret_key"] = env["MEMPROXY_SECRET_KEY"]
     if values.get("cache_ttl_s", 0.0) < 0:

@@ -135,7 +135,10 @@ class ProxyProcess:
             cwd=source,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            # The suite's model doubles (fake LLM, TEI doubles) listen on loopback, and its tests register
+            # them at runtime: the suite's proxies open loopback as an operator of local model servers does
+            # (tests/adversarial/test_outbound.py overrides it to check the default).
+            env={**os.environ, "MEMPROXY_ALLOW_PRIVATE_MODEL_ENDPOINTS": "loopback", **(env or {})},
         )
         try:
             _wait_http(self.url + "/_memproxy/health", timeout=180)

@@ -204,7 +204,10 @@ def test_stored_models_are_callable_by_any_process(
     async def call() -> tuple[list[float], str]:
         store = Store(Settings(opensearch_url=opensearch_url))
         registry = ModelRegistry(
-            ModelDocs(store), embedders=cast(Any, None), secret_key=os.environ.get("MEMPROXY_SECRET_KEY")
+            ModelDocs(store),
+            embedders=cast(Any, None),
+            secret_key=os.environ.get("MEMPROXY_SECRET_KEY"),
+            allow_private_endpoints=("loopback",),  # the doubles listen there
         )
         try:
             scores = await (await registry.rerank_model(rer.reranker_id)).rerank(

@@ -20,6 +20,7 @@ from proxy.core.models.registry import StartupModel
 from proxy.core.models.startup import LocalModelPath, parse_model_flag
 from proxy.errors import BadRequest
 from proxy.models import ProviderRejected
+from proxy.models.addresses import OPEN
 from proxy.models.connector import connector_client, parse_action, predict, render_payload
 from proxy.models.secrets import SecretBox, SecretUnreadable, generate_key
 from proxy.store.client import Store, url
@@ -102,7 +103,13 @@ async def test_connector_call_posts_the_rendered_body_and_reads_vectors() -> Non
         action = parse_action([{**EMBED_ACTION, "url": f"{double.url}/v1/embeddings"}])
         params = {"model": "m"}
         client = connector_client(
-            action, params, {"openAI_key": SECRET}, timeout_s=5, max_retries=0, max_concurrency=2
+            action,
+            params,
+            {"openAI_key": SECRET},
+            timeout_s=5,
+            max_retries=0,
+            max_concurrency=2,
+            addresses=OPEN,
         )
         try:
             _, _, body = render_payload(action, params, {"openAI_key": SECRET}, text_docs=["a", "b"])
@@ -122,7 +129,13 @@ async def test_a_provider_echoing_the_credential_never_shows_it() -> None:
     async with serve(answer) as double:
         action = parse_action([{**EMBED_ACTION, "url": f"{double.url}/v1/embeddings"}])
         client = connector_client(
-            action, {"model": "m"}, {"openAI_key": SECRET}, timeout_s=5, max_retries=0, max_concurrency=1
+            action,
+            {"model": "m"},
+            {"openAI_key": SECRET},
+            timeout_s=5,
+            max_retries=0,
+            max_concurrency=1,
+            addresses=OPEN,
         )
         try:
             with pytest.raises(ProviderRejected) as caught:
@@ -179,6 +192,8 @@ async def store(opensearch_url: str) -> AsyncIterator[Store]:
 
 
 def registry(store: Store, **kw: Any) -> ModelRegistry:
+    # The doubles listen on loopback, which the test opens as an operator of local model servers would.
+    kw.setdefault("allow_private_endpoints", ("loopback",))
     return ModelRegistry(ModelDocs(store), cast(Any, NoLocalModels()), ttl_s=0, **kw)
 
 
@@ -295,7 +310,10 @@ async def test_untrusted_endpoints_are_never_called(store: Store) -> None:
 
 def test_the_data_cluster_is_never_a_model_endpoint() -> None:
     reg = ModelRegistry(
-        cast(Any, None), cast(Any, NoLocalModels()), forbidden_endpoints=["http://127.0.0.1:9250"]
+        cast(Any, None),
+        cast(Any, NoLocalModels()),
+        forbidden_endpoints=["http://127.0.0.1:9250"],
+        allow_private_endpoints=["loopback"],
     )
     for same in ("http://localhost:9250/_bulk", "http://127.0.0.1:9250", "http://[::1]:9250/x/_doc"):
         with pytest.raises(UntrustedEndpoint, match="the OpenSearch cluster memproxy stores its data in"):

@@ -1,4 +1,8 @@
-"""``GET /_memproxy/health``: the proxy's own state and the cluster's, in one JSON document."""
+"""``GET /_memproxy/health``: the proxy's own state and the cluster's, in one JSON document.
+
+The route is public (load balancers, probes), so what it shows anonymously is counts and configuration,
+never tenant data: the last failed jobs (their memory ids, their error texts) are shown to an administrator
+only (or to anyone under ``--auth none``, where everyone may read everything anyway)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import time
 from aiohttp import web
 
 from proxy import __version__
-from proxy.app_keys import EMBEDDERS, JOBS, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import EMBEDDERS, JOBS, PRINCIPAL, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.errors import MemproxyError
 
 __all__ = ["routes"]
@@ -35,6 +39,11 @@ async def health(request: web.Request) -> web.Response:
         jobs = await app[JOBS].health()
     except MemproxyError as exc:
         jobs = {"error": exc.message}
+    principal = request.get(PRINCIPAL)
+    if not (app[SETTINGS].auth == "none" or (principal is not None and principal.is_admin)):
+        failures = jobs.pop("recent_failures", None)
+        if isinstance(failures, list):
+            jobs["recent_failures_count"] = len(failures)
     body = {
         "status": status,
         "proxy": {

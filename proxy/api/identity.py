@@ -33,7 +33,7 @@ from proxy.api.metrics import METRICS_PATH
 from proxy.app_keys import IDENTITY, PRINCIPAL, SETTINGS
 from proxy.core.identity import Principal, authenticate_cluster, find_key
 from proxy.embedding.fairness import current_caller, set_caller
-from proxy.errors import BadRequest, Unauthenticated
+from proxy.errors import BadRequest, MemproxyError, Unauthenticated
 
 __all__ = [
     "CONSOLE_PREFIX",
@@ -156,9 +156,26 @@ def _missing(request: web.Request) -> Unauthenticated:
     )
 
 
+HEALTH_PATH = "/_memproxy/health"
+
+
+async def _identify_if_sent(request: web.Request) -> None:
+    """On a public route that shows more to an administrator (health): the caller, when a credential was
+    sent and names someone. A wrong or unreadable one leaves the request anonymous, as if none were sent:
+    the route is public, so it refuses nobody."""
+    try:
+        creds = read_credentials(request.headers)
+        if creds.present:
+            request[PRINCIPAL] = await identify(request, creds)
+    except MemproxyError:
+        pass
+
+
 @web.middleware
 async def identity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if (request.method, request.path) in PUBLIC_ROUTES:
+        if request.path == HEALTH_PATH:
+            await _identify_if_sent(request)
         return await handler(request)
     if request.path == METRICS_PATH and request.app[SETTINGS].metrics_public:
         return await handler(request)  # the operator opened it to scrapers without a key

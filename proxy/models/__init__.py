@@ -4,10 +4,12 @@ A stand-alone layer (docs/architecture.md): it knows only ``proxy.errors`` and `
 is described in docs/models.md; the registry and the API wiring are later steps of issue 14.
 """
 
+from proxy.models.addresses import AddressPolicy
 from proxy.models.chat import CHAT_PROVIDERS, ChatClient, ChatProvider, ChatResult
 from proxy.models.embeddings import EMBED_PATHS, RemoteEmbedder
 from proxy.models.provider import (
     AUTH_HEADERS,
+    EndpointRefused,
     ProviderBadAnswer,
     ProviderClient,
     ProviderError,
@@ -24,9 +26,11 @@ __all__ = [
     "CHAT_PROVIDERS",
     "EMBED_PATHS",
     "RERANK_WIRES",
+    "AddressPolicy",
     "ChatClient",
     "ChatProvider",
     "ChatResult",
+    "EndpointRefused",
     "ProviderBadAnswer",
     "ProviderClient",
     "ProviderError",

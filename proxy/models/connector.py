@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import BadRequest
+from proxy.models.addresses import AddressPolicy
 from proxy.models.provider import ProviderClient, ProviderSettings
 
 __all__ = [
@@ -187,6 +188,7 @@ def connector_client(
     timeout_s: float,
     max_retries: int,
     max_concurrency: int,
+    addresses: AddressPolicy,
 ) -> ProviderClient:
     """A client for the action's URL with its headers (credential filled in, and redacted from errors)."""
     url = _fill(action.url, parameters, credential)
@@ -199,6 +201,7 @@ def connector_client(
         max_concurrency=max_concurrency,
         headers=headers,
         secrets=tuple(v for v in credential.values() if v),
+        addresses=addresses,
     )
     return ProviderClient(settings)
 

@@ -12,6 +12,13 @@ keep a slow or broken provider from hanging a request live here once:
 * failures become ``ProviderError`` kinds that are also ``proxy.errors`` kinds, so the API layer renders
   them without knowing about providers.
 
+Where a call may go is decided here once too: redirects are never followed (a 3xx is a model error: a
+trusted endpoint that redirects would otherwise carry the call, body and headers, to any host it names,
+memproxy's own cluster included), and the connector's socket factory refuses every address
+``settings.addresses`` does not allow, on the address actually connected to (``proxy.models.addresses``).
+A body quoted in an error message is only ever a provider's own error text, read from its JSON error shape;
+an answer of any other shape is described, never echoed (it may be whatever the endpoint reached).
+
 The API key is sent as a header and nowhere else: it is left out of ``repr``, and every text that came from
 the provider (which may echo the key back, as OpenAI's "Incorrect API key provided" does) is redacted before
 it reaches an error message or a log line.
@@ -32,9 +39,11 @@ from typing import Any
 import aiohttp
 
 from proxy.errors import DeadlineExceeded, MemproxyError, Overloaded, Unavailable
+from proxy.models.addresses import OPEN, AddressPolicy, RefusedAddress
 
 __all__ = [
     "AUTH_HEADERS",
+    "EndpointRefused",
     "ProviderBadAnswer",
     "ProviderClient",
     "ProviderError",
@@ -91,6 +100,8 @@ class ProviderSettings:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     # Other texts treated like ``api_key`` (a connector's credential values): redacted from every message.
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    # The addresses this client may connect to (checked at connect time); the registry passes its own.
+    addresses: AddressPolicy = OPEN
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.max_retries < 0 or self.max_concurrency < 1:
@@ -139,6 +150,13 @@ class ProviderBadAnswer(ProviderError):
     """The provider answered 2xx with something that is not JSON or not the expected shape."""
 
 
+class EndpointRefused(ProviderError):
+    """The endpoint resolved to an address the client's ``AddressPolicy`` refuses: nothing was sent. A 400:
+    the model's URL is what is wrong, and another try would go to the same address."""
+
+    status = 400
+
+
 # --- helpers --------------------------------------------------------------------------------------------
 
 
@@ -177,16 +195,18 @@ def _retry_after(value: str | None, cap: float) -> float | None:
     return min(max(seconds, 0.0), cap)
 
 
-def _provider_message(text: str) -> str:
-    """The error text a provider put in its body, in the shapes the real APIs use.
+def _provider_message(text: str) -> str | None:
+    """The error text a provider put in its body, in the shapes the real APIs use, or None for any other
+    body (HTML, plain text, JSON of another shape), which is not quoted: it may be whatever the endpoint
+    reached, not a model's words.
 
     OpenAI-compatible: ``{"error": {"message"}}``; TEI: ``{"error": "...", "error_type"}``; Cohere, Jina:
-    ``{"message"}``; Voyage, FastAPI servers: ``{"detail"}``. Anything else: the body itself.
+    ``{"message"}``; Voyage, FastAPI servers: ``{"detail"}``.
     """
     try:
         body = json.loads(text)
     except ValueError:
-        return text.strip()
+        return None
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
@@ -194,7 +214,13 @@ def _provider_message(text: str) -> str:
         for key in ("error", "message", "detail"):
             if isinstance(body.get(key), str):
                 return str(body[key])
-    return text.strip()
+    return None
+
+
+def _refused_address(exc: aiohttp.ClientError) -> RefusedAddress | None:
+    """The policy's refusal behind a connection error, if that is what it is."""
+    os_error = getattr(exc, "os_error", None)
+    return os_error if isinstance(os_error, RefusedAddress) else None
 
 
 class ProviderClient:
@@ -221,8 +247,11 @@ class ProviderClient:
 
     def _get_session(self) -> aiohttp.ClientSession:
         # Created on first use, inside the running loop, as aiohttp requires.
+        # The one session factory of every model call: its connector makes each socket through the address
+        # policy, and no proxy from the environment is used (it would connect where the policy cannot see).
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(socket_factory=self.settings.addresses.socket_factory)
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
         return self._session
 
     def _headers(self) -> dict[str, str]:
@@ -271,26 +300,46 @@ class ProviderClient:
                     ProviderTimeout, f"provider {name} did not answer within {settings.timeout_s:g}s"
                 ) from exc
             except aiohttp.ClientError as exc:
+                refused = _refused_address(exc)
+                if refused is not None:
+                    host = urllib.parse.urlsplit(url).hostname
+                    raise self._error(
+                        EndpointRefused, f"the model endpoint {host} is not allowed: {refused.reason}"
+                    ) from None
                 # Connection refused, reset, DNS failure: worth another try.
                 last = self._error(ProviderUnavailable, f"provider {name} is unreachable: {exc}")
             else:
-                if status < 400:
+                if 300 <= status < 400:
+                    raise self._error(
+                        ProviderRejected,
+                        f"provider {name}: the model endpoint answered a redirect ({status}), which "
+                        "memproxy does not follow",
+                    )
+                if status < 300:
                     return self._decode(text, status)
-                message = self.redact(_provider_message(text))[:_MESSAGE_CHARS]
+                said = _provider_message(text)
+                # Only a provider's own error shape is quoted (and kept for ml-commons' "Error from remote
+                # service"); any other answer is named by its status alone.
+                kept = None if said is None else text
+                message = (
+                    "its answer is not a model error and is not shown"
+                    if said is None
+                    else self.redact(said)[:_MESSAGE_CHARS]
+                )
                 if status == 429:
                     last = self._error(
-                        ProviderOverloaded, f"provider {name} is rate limiting: {message}", 429, text
+                        ProviderOverloaded, f"provider {name} is rate limiting: {message}", 429, kept
                     )
                     retry_after = _retry_after(retry_header, settings.retry_after_cap_s)
                 elif status >= 500:
                     last = self._error(
-                        ProviderUnavailable, f"provider {name} failed ({status}): {message}", status, text
+                        ProviderUnavailable, f"provider {name} failed ({status}): {message}", status, kept
                     )
                     last.status = 502  # it answered, badly: a bad gateway rather than an absent one
                     retry_after = _retry_after(retry_header, settings.retry_after_cap_s)
                 else:
                     raise self._error(
-                        ProviderRejected, f"provider {name} refused ({status}): {message}", status, text
+                        ProviderRejected, f"provider {name} refused ({status}): {message}", status, kept
                     )
             if attempt < settings.max_retries:
                 await asyncio.sleep(self._backoff(attempt, retry_after))
@@ -300,20 +349,22 @@ class ProviderClient:
 
     async def _attempt(self, url: str, body: Any) -> tuple[int, str, str | None]:
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
-        async with self._get_session().post(url, json=body, headers=self._headers(), timeout=timeout) as resp:
+        async with self._get_session().post(
+            url, json=body, headers=self._headers(), timeout=timeout, allow_redirects=False
+        ) as resp:
             return resp.status, await resp.text(errors="replace"), resp.headers.get("Retry-After")
 
     def _decode(self, text: str, status: int) -> Any:
         try:
             return json.loads(text)
         except ValueError as exc:
-            snippet = self.redact(text.strip())[:80]
+            # Not quoted: a body that is not JSON is not a model's answer, and may be anything the endpoint
+            # reached (another service's page, a document).
             raise self._error(
                 ProviderBadAnswer,
-                f"provider {self.settings.provider} answered {status} with a body that is not JSON: "
-                f"{snippet!r}",
+                f"provider {self.settings.provider} answered {status} with a body that is not JSON "
+                f"({len(text)} characters, not shown)",
                 status,
-                text,
             ) from exc
 
     def bad_shape(self, what: str) -> ProviderError:

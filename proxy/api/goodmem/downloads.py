@@ -1,6 +1,7 @@
 """Serving stored bytes (a memory's original content, a page image) as GoodMem does: one byte ``Range``
 (206; malformed or unsatisfiable: 416), a strong ``ETag`` checked by ``If-Match`` (412), and HEAD (aiohttp
-answers it from the GET handler without the body)."""
+answers it from the GET handler without the body). Every reply carries ``download_headers``: nosniff, a
+sandboxing CSP, and ``attachment`` for active types (proxy/core/goodmem/media.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 
 from aiohttp import web
 
+from proxy.core.goodmem.media import download_headers
 from proxy.errors import PreconditionFailed, RangeNotSatisfiable
 
 __all__ = ["byte_range", "bytes_reply"]
@@ -47,7 +49,7 @@ def byte_range(header: str, length: int) -> tuple[int, int]:
 
 
 def bytes_reply(request: web.Request, data: bytes, content_type: str, etag: str | None) -> web.Response:
-    headers = {"Content-Type": content_type, "Accept-Ranges": "bytes"}
+    headers = {**download_headers(content_type), "Accept-Ranges": "bytes"}
     if etag:
         headers["ETag"] = f'"{etag}"'
     if_match = request.headers.get("If-Match")

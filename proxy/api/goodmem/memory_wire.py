@@ -20,6 +20,7 @@ from proxy.api.goodmem.wire import Query, WireModel, raw_field, sort_descending,
 from proxy.api.guards import current_limits
 from proxy.core.goodmem.chunking import ChunkingConfig, parse_chunking
 from proxy.core.goodmem.content import NewMemory, read_content
+from proxy.core.goodmem.media import check_media_type
 from proxy.core.goodmem.memories import Rejected
 from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES, DeleteItem, MemoryQuery, MemorySelector
 from proxy.core.goodmem.metadata import parse_metadata_filter
@@ -131,6 +132,9 @@ class MemoryCreateBody(WireModel):
             raise BadRequest("Exactly one of originalContent and originalContentB64 is required")
         if content_type is not None and (not isinstance(content_type, str) or not content_type.strip()):
             raise BadRequest(_MIME_ERROR)
+        if content_type is not None:
+            # Served back as a header on every download: parsed here, so no CR/LF or junk is ever stored.
+            content_type = check_media_type(content_type)
         limit = current_limits().max_memory_chars
         if text_in is not None:
             if not isinstance(text_in, str):

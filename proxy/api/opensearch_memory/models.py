@@ -32,6 +32,7 @@ from proxy.core.models import UntrustedEndpoint
 from proxy.errors import BadRequest, MemproxyError, NotFound
 from proxy.models.connector import BUILTIN_POST_PROCESS
 from proxy.models.provider import (
+    EndpointRefused,
     ProviderBadAnswer,
     ProviderError,
     ProviderOverloaded,
@@ -345,12 +346,16 @@ def _remote_failure(exc: ProviderError, post_process: str | None) -> MemproxyErr
         return MemproxyError(
             "Fail to execute PREDICT in aws connector", os_type="m_l_exception", details={"caused_by": cause}
         )
+    if isinstance(exc, EndpointRefused):
+        return BadRequest(exc.message)
     if (
         isinstance(exc, ProviderRejected | ProviderOverloaded | ProviderUnavailable)
         and exc.provider_status is not None
-        and exc.provider_body is not None
     ):
-        error = MemproxyError(f"Error from remote service: {exc.provider_body}")
+        # ml-commons quotes the remote's body; memproxy only a body in a model's own error shape
+        # (``ProviderClient`` keeps no other), so an endpoint cannot relay another service's answer.
+        said = exc.provider_body if exc.provider_body is not None else "(not a model error; not shown)"
+        error = MemproxyError(f"Error from remote service: {said}")
         error.status = exc.provider_status
         return error
     if isinstance(exc, ProviderTimeout):

@@ -28,6 +28,7 @@ from proxy.config import DEFAULT_TRUSTED_MODEL_ENDPOINTS
 from proxy.core.models.records import KIND, ModelRecord, ProviderCall
 from proxy.errors import BadRequest, NotFound
 from proxy.models import (
+    AddressPolicy,
     ChatClient,
     ChatResult,
     ProviderClient,
@@ -35,6 +36,7 @@ from proxy.models import (
     RemoteEmbedder,
     RemoteReranker,
 )
+from proxy.models.addresses import literal_ip, parse_allowed
 from proxy.models.connector import connector_client, parse_action, predict, render_payload
 from proxy.models.secrets import SecretBox, generate_key
 from proxy.store.models import ModelDocs
@@ -70,16 +72,20 @@ class UntrustedEndpoint(BadRequest):
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+_LOOPBACK_IP = literal_ip("127.0.0.1")
 
 
-def _host_port(url: str) -> tuple[str, int | None]:
-    """(host, port) with the scheme's default port filled in and every loopback name as one."""
+def _host_port(url: str, *, raw: bool = False) -> tuple[str, int | None]:
+    """(host, port) with the scheme's default port filled in and (unless ``raw``) every loopback name as
+    one."""
     parts = urllib.parse.urlsplit(url.strip())
     host = (parts.hostname or "").lower()
     try:
         port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
     except ValueError:
         port = None
+    if raw:
+        return host, port
     return ("loopback" if host in _LOOPBACK or host.startswith("127.") else host), port
 
 
@@ -277,6 +283,7 @@ class ModelRegistry:
         ttl_s: float = 5.0,
         trusted_endpoints: Sequence[str] = DEFAULT_TRUSTED_MODEL_ENDPOINTS,
         forbidden_endpoints: Sequence[str] = (),
+        allow_private_endpoints: Sequence[str] = (),
     ) -> None:
         self.docs = docs
         self.embedders = embedders
@@ -289,6 +296,14 @@ class ModelRegistry:
         # node requests (an ml-commons connector's body is the caller's own template) that write memproxy's
         # private indices or close them, whatever --trusted-model-endpoints allows.
         self._forbidden = {_host_port(u) for u in forbidden_endpoints}
+        # Where a call may connect, checked on the resolved address at connect time (proxy.models.addresses).
+        # Runtime models (registered through an API, by any user) reach public addresses and the ranges the
+        # operator opened; models the operator named at start-up reach any address. Neither the cluster.
+        # Resolving the cluster's name blocks once, here at start-up.
+        cluster = [(h, p) for h, p in (_host_port(u, raw=True) for u in forbidden_endpoints) if p is not None]
+        allowed = parse_allowed(allow_private_endpoints)
+        self._runtime_addresses = AddressPolicy(allowed).with_forbidden(cluster)
+        self._startup_addresses = AddressPolicy(allow_all=True).with_forbidden(cluster)
         self._secret_key = secret_key
         self._secret_source = secret_source
         self._box: SecretBox | None = None
@@ -310,6 +325,15 @@ class ModelRegistry:
             raise UntrustedEndpoint(url)
         if _host_port(url) in self._forbidden:
             raise UntrustedEndpoint(url, "it is the OpenSearch cluster memproxy stores its data in")
+        # An address written in the URL (in any form the resolver reads: 2130706433, [::ffff:127.0.0.1])
+        # or a loopback name is refused now, for a clear 400 at registration; every address, names'
+        # included, is checked again where the socket is made, which is the check that holds.
+        host, port = _host_port(url, raw=True)
+        named_loopback = host == "localhost" or host.endswith(".localhost")
+        ip = _LOOPBACK_IP if named_loopback else literal_ip(host)
+        reason = self._runtime_addresses.refusal(ip, port) if ip is not None else None
+        if reason is not None:
+            raise UntrustedEndpoint(url, reason)
 
     # --- credentials -----------------------------------------------------------------------------------
 
@@ -392,8 +416,16 @@ class ModelRegistry:
             client = self._clients[record_key] = ProviderClient(settings)
         return client
 
+    def _addresses(self, found: ModelRecord | StartupModel) -> AddressPolicy:
+        return self._startup_addresses if isinstance(found, StartupModel) else self._runtime_addresses
+
     def _provider_client(
-        self, key: tuple[str, int], call: ProviderCall, api_key: str | None, kind: str
+        self,
+        key: tuple[str, int],
+        call: ProviderCall,
+        api_key: str | None,
+        kind: str,
+        addresses: AddressPolicy,
     ) -> ProviderClient:
         headers: tuple[tuple[str, str], ...] = ()
         if api_key:
@@ -406,6 +438,7 @@ class ModelRegistry:
             max_concurrency=self.limits.max_concurrency,
             headers=headers,
             secrets=(api_key,) if api_key else (),
+            addresses=addresses,
         )
         return self._client(key, settings)
 
@@ -424,6 +457,7 @@ class ModelRegistry:
                 timeout_s=self.limits.timeout_s,
                 max_retries=self.limits.max_retries,
                 max_concurrency=self.limits.max_concurrency,
+                addresses=self._runtime_addresses,
             )
         dimension = record.call.get("dimension")
         return ConnectorModel(
@@ -469,7 +503,7 @@ class ModelRegistry:
             assert isinstance(found, ModelRecord)
             return await self._connector(found)
         version = found.updated_at if isinstance(found, ModelRecord) else 0
-        client = self._provider_client((model_id, version), call, api_key, "embedder")
+        client = self._provider_client((model_id, version), call, api_key, "embedder", self._addresses(found))
         remote = RemoteEmbedder(
             client,
             wire=cast("EmbedWire", call.wire),  # checked by RemoteEmbedder
@@ -487,7 +521,7 @@ class ModelRegistry:
         if call is None:
             raise UnknownModel(model_id, "reranker")
         version = found.updated_at if isinstance(found, ModelRecord) else 0
-        client = self._provider_client((model_id, version), call, api_key, "reranker")
+        client = self._provider_client((model_id, version), call, api_key, "reranker", self._addresses(found))
         remote = RemoteReranker(
             client, wire=cast("RerankWire", call.wire), model=call.model, path=call.api_path
         )
@@ -499,7 +533,7 @@ class ModelRegistry:
             assert isinstance(found, ModelRecord)
             return await self._connector(found)
         version = found.updated_at if isinstance(found, ModelRecord) else 0
-        client = self._provider_client((model_id, version), call, api_key, "llm")
+        client = self._provider_client((model_id, version), call, api_key, "llm", self._addresses(found))
         return _ProviderChat(model_id, ChatClient(client, path=call.api_path), call.model or "")
 
     async def connector_model(self, record: ModelRecord) -> ConnectorModel:
