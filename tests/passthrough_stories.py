@@ -27,7 +27,11 @@ STORIES = Path(__file__).resolve().parent / "api_spec_stories"
 VERSION = (3, 6, 0)
 DISTRIBUTION = "opensearch.org"
 # Steps that act on every client's contexts on the node (other test sessions share it): not run anywhere.
-SHARED_NODE_UNSAFE = {("DELETE", "/_search/point_in_time/_all"), ("DELETE", "/_search/scroll/_all")}
+SHARED_NODE_UNSAFE = {
+    ("DELETE", "/_search/point_in_time/_all"),
+    ("DELETE", "/_search/scroll/_all"),
+    ("POST", "/_tasks/_cancel"),
+}
 _VAR = re.compile(r"\$\{([A-Za-z0-9_]+)\.([A-Za-z0-9_.\[\]]+)\}")
 
 

@@ -53,6 +53,9 @@ _EXCLUDED = ",".join(f"-{p}" for p in PRIVATE_INDICES)
 # Every index but memproxy's own: what an index-less metadata view is forwarded onto.
 PUBLIC = f"*,{_EXCLUDED}"
 _PLAIN_JSON = ("", "application/json", "application/x-ndjson")
+# The node reads a path parameter from the query string when the path lacks it (`/_mapping?index=x` is
+# `/x/_mapping`, `/_bulk?index=x` defaults every line to x): names only the path may carry.
+_PATH_ONLY_PARAMS = frozenset({"index", "new_index", "target", "name", "alias"})
 
 
 def _globs_overlap(a: str, b: str) -> bool:
@@ -148,6 +151,12 @@ async def _checked_path(request: web.Request, found: Match) -> tuple[list[str], 
     """The segments to forward once every name in the path was checked, and the path's index."""
     endpoint, segments = found.endpoint, found.segments
     forwarded, default = list(segments), None
+    smuggled = sorted(_PATH_ONLY_PARAMS.intersection(request.query))
+    if smuggled:
+        raise BadRequest(
+            f"memproxy does not forward the query parameter [{smuggled[0]}]: the node would read it as a "
+            "path parameter; put it in the path"
+        )
     creating = request.method.upper() in ("PUT", "POST")
     for n, (placeholder, segment) in enumerate(zip(endpoint.pattern, segments, strict=False)):
         if placeholder == "{index}":
@@ -158,7 +167,8 @@ async def _checked_path(request: web.Request, found: Match) -> tuple[list[str], 
             _check_new_names([segment], "the new index")
         elif placeholder == "{alias}" and creating:
             _check_new_names([segment], "the alias")
-    if endpoint.rewrite is not None:
+    if endpoint.rewrite is not None and request.query.get("help") not in ("", "true"):
+        # (`help` lists a view's columns and takes no index: the node refuses one.)
         forwarded = [
             PUBLIC if part == "{public}" else segments[int(part[1:-1])] if part[1:-1].isdigit() else part
             for part in endpoint.rewrite

@@ -200,6 +200,12 @@ def _bypasses(w: World) -> list[tuple[str, str, str, Any]]:
         ("metadata", "GET", f"/_cat/count/{USERS}", None),
         ("metadata", "GET", f"/_cluster/state/metadata/{KEYS}", None),
         ("metadata", "GET", "/_cat/indices/memproxy-goodmem-users", None),
+        # Path parameters smuggled in the query string (the node reads them when the path lacks them).
+        ("query", "GET", f"/_cat/indices?index={USERS}", None),
+        ("query", "GET", f"/_mapping?index={SYSTEM}", None),
+        ("query", "POST", f"/_bulk?index={KEYS}", ndjson({"delete": {"_id": "x"}})),
+        ("query", "POST", f"/_msearch?%69ndex={USERS}", ndjson({}, {})),
+        ("query", "GET", f"/_cat/count?index={USERS}", None),
         # Not on the allowlist at all.
         ("unknown", "POST", "/_plugins/_sql", {"query": f"SELECT * FROM {KEYS}"}),
         ("unknown", "GET", "/_made_up_endpoint", None),
