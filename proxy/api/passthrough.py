@@ -54,8 +54,9 @@ _EXCLUDED = ",".join(f"-{p}" for p in PRIVATE_INDICES)
 PUBLIC = f"*,{_EXCLUDED}"
 _PLAIN_JSON = ("", "application/json", "application/x-ndjson")
 # The node reads a path parameter from the query string when the path lacks it (`/_mapping?index=x` is
-# `/x/_mapping`, `/_bulk?index=x` defaults every line to x): names only the path may carry.
-_PATH_ONLY_PARAMS = frozenset({"index", "new_index", "target", "name", "alias"})
+# `/x/_mapping`, `/_bulk?index=x` defaults every line to x). `index` is then checked like the path's;
+# the other names only the path may carry.
+_PATH_ONLY_PARAMS = frozenset({"new_index", "target", "name", "alias"})
 
 
 def _globs_overlap(a: str, b: str) -> bool:
@@ -157,6 +158,12 @@ async def _checked_path(request: web.Request, found: Match) -> tuple[list[str], 
             f"memproxy does not forward the query parameter [{smuggled[0]}]: the node would read it as a "
             "path parameter; put it in the path"
         )
+    given = request.query.getall("index", [])
+    if given:
+        if len(given) > 1 or "{index}" in endpoint.pattern:
+            raise BadRequest("Name the index once: in the path, or in the `index` query parameter")
+        await _check_private(request, given)
+        default = given[0]  # as the node reads it: the path is then not rewritten
     creating = request.method.upper() in ("PUT", "POST")
     for n, (placeholder, segment) in enumerate(zip(endpoint.pattern, segments, strict=False)):
         if placeholder == "{index}":
@@ -167,7 +174,7 @@ async def _checked_path(request: web.Request, found: Match) -> tuple[list[str], 
             _check_new_names([segment], "the new index")
         elif placeholder == "{alias}" and creating:
             _check_new_names([segment], "the alias")
-    if endpoint.rewrite is not None and request.query.get("help") not in ("", "true"):
+    if endpoint.rewrite is not None and not given and request.query.get("help") not in ("", "true"):
         # (`help` lists a view's columns and takes no index: the node refuses one.)
         forwarded = [
             PUBLIC if part == "{public}" else segments[int(part[1:-1])] if part[1:-1].isdigit() else part

@@ -206,6 +206,9 @@ def _bypasses(w: World) -> list[tuple[str, str, str, Any]]:
         ("query", "POST", f"/_bulk?index={KEYS}", ndjson({"delete": {"_id": "x"}})),
         ("query", "POST", f"/_msearch?%69ndex={USERS}", ndjson({}, {})),
         ("query", "GET", f"/_cat/count?index={USERS}", None),
+        ("query", "GET", f"/_cat/indices?index={p}&index={USERS}", None),
+        ("query", "POST", f"/_alias/{p}-stolen?index={USERS}", None),
+        ("query", "POST", f"/_aliases?name={p}-stolen", {"actions": []}),
         # Not on the allowlist at all.
         ("unknown", "POST", "/_plugins/_sql", {"query": f"SELECT * FROM {KEYS}"}),
         ("unknown", "GET", "/_made_up_endpoint", None),
