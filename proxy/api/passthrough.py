@@ -9,157 +9,135 @@ proxy never adds credentials or a client certificate of its own (``Store.passthr
 
 **What nobody may reach.** memproxy's private indices (:data:`PRIVATE_INDICES`: API keys, users, grants,
 the instance record, embedder records, memory records, and the container index, whose ``owner`` and
-``backend_roles`` are authorization data) are closed to pass-through for everyone, read or write:
+``backend_roles`` are authorization data) are closed to pass-through for everyone, read or write. The
+request is decided on its canonical path and matched against an allowlist of endpoints
+(:mod:`proxy.api.passthrough_routes`; anything else is refused), whose placeholders say which segments are
+index expressions, new index names and alias names:
 
-- an index expression in the path (``/{expr}/...``) is refused when a name in it is private, or when the
+- an index expression is refused when a name in it could be private (date math included), or when the
   cluster resolves it (wildcards, aliases, exclusions, date math; ``_resolve/index``) to a private index;
-- routes that read or write documents of indices named elsewhere are inspected: ``_bulk``, ``_mget``,
-  ``_msearch``, ``_msearch/template``, ``_mtermvectors`` (per-line or per-doc ``_index``), ``_reindex``
-  (source and destination), ``_aliases`` (every action's indices); their body must then be plain JSON
-  (no ``Content-Encoding``, no CBOR/SMILE/YAML, no ``source`` query parameter) so what is inspected is what
-  the node reads;
-- routes that search every index when none is named (``/_search``, ``/_count``, ...) are refused: name
-  the indices (``*,-memproxy-*`` works);
-- routes whose targets cannot be inspected are refused outright: SQL and PPL, asynchronous search,
-  snapshot restore.
+- a new index, an alias being created and a template's index pattern are refused when they could be a
+  private name;
+- the bodies that name indices (``_bulk``, ``_mget``, ``_msearch``, ``_reindex``, alias actions, index
+  creation, templates, ...) are parsed whole (:mod:`proxy.api.passthrough_bodies`) and every name in
+  them checked; their body must then be plain JSON (no ``Content-Encoding``, no CBOR/SMILE/YAML, no
+  ``source`` query parameter) so what is inspected is what the node reads; search-like bodies go through
+  :func:`_check_forwarded_body` (no lookups);
+- metadata views (``_cat/indices``, ``_mapping``, ``_settings``, ``_cluster/state``, ...) hide the private
+  indices: a wildcard gets them excluded, an index-less form is forwarded onto :data:`PUBLIC`;
+- index-less searches and index-less settings / mapping writes are refused: name the indices.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import json
 from collections.abc import AsyncIterator, Iterable
+from functools import cache
 from typing import Any
 
 from aiohttp import web
 
+from proxy.api.passthrough_bodies import minimal_lookup_check, names_in
+from proxy.api.passthrough_routes import Match, canonical_segments, encode_path, match
 from proxy.app_keys import PRINCIPAL, STORE
 from proxy.errors import BadRequest, Forbidden
 from proxy.store.containers import CONTAINER_INDEX
 from proxy.store.forward import forward, resolve_indices
 from proxy.store.goodmem import PRIVATE_INDEX_PATTERNS
 
-__all__ = ["PRIVATE_INDICES", "passthrough", "targets_of"]
+__all__ = ["PRIVATE_INDICES", "PUBLIC", "passthrough"]
 
 # memproxy's own indices: never reachable through pass-through, by anyone.
 PRIVATE_INDICES = (*PRIVATE_INDEX_PATTERNS, CONTAINER_INDEX)
-
-# First path segment → routes that act on every index when no index is named.
-_ALL_INDICES = frozenset(
-    {
-        "_search",
-        "_count",
-        "_field_caps",
-        "_validate",
-        "_rank_eval",
-        "_search_shards",
-        "_delete_by_query",
-        "_update_by_query",
-        "_explain",
-        "_termvectors",
-    }
-)
-# Routes that name their indices in the body, line by line or per document.
-_BODY_ROUTES = frozenset({"_bulk", "_mget", "_msearch", "_mtermvectors", "_reindex", "_aliases"})
-_REFUSED_PREFIXES = (
-    ("_sql",),
-    ("_ppl",),
-    ("_plugins", "_sql"),
-    ("_plugins", "_ppl"),
-    ("_plugins", "_query"),
-    ("_opendistro", "_sql"),
-    ("_opendistro", "_ppl"),
-    ("_plugins", "_asynchronous_search"),
-    ("_opendistro", "_asynchronous_search"),
-)
+_EXCLUDED = ",".join(f"-{p}" for p in PRIVATE_INDICES)
+# Every index but memproxy's own: what an index-less metadata view is forwarded onto.
+PUBLIC = f"*,{_EXCLUDED}"
 _PLAIN_JSON = ("", "application/json", "application/x-ndjson")
+# The node reads a path parameter from the query string when the path lacks it (`/_mapping?index=x` is
+# `/x/_mapping`, `/_bulk?index=x` defaults every line to x). `index` is then checked like the path's;
+# the other names only the path may carry.
+_PATH_ONLY_PARAMS = frozenset({"new_index", "target", "name", "alias"})
+
+
+def _globs_overlap(a: str, b: str) -> bool:
+    """Whether some name matches both ``*``-patterns ``a`` and ``b`` (a plain name is a pattern too)."""
+
+    @cache
+    def rest(i: int, j: int) -> bool:
+        if i == len(a) or j == len(b):
+            return set(a[i:] + b[j:]) <= {"*"}
+        if a[i] == "*" or b[j] == "*":
+            star_a = a[i] == "*" and (rest(i + 1, j) or rest(i, j + 1))
+            return star_a or (b[j] == "*" and (rest(i, j + 1) or rest(i + 1, j)))
+        return a[i] == b[j] and rest(i + 1, j + 1)
+
+    return rest(0, 0)
+
+
+def _as_pattern(name: str) -> str:
+    """The names ``name`` may stand for: date math ``<static{math}>`` is ``static*``."""
+    if name.startswith("<") and name.endswith(">"):
+        static, *_ = name[1:-1].split("{", 1)
+        return static.replace("\\", "") + "*"
+    return name
+
+
+def _could_be_private(name: str) -> bool:
+    return any(_globs_overlap(_as_pattern(name), pattern) for pattern in PRIVATE_INDICES)
+
+
+def _named_private(expression: str) -> bool:
+    """A private index named outright, or by date math (``-name`` excludes it; wildcards are left to the
+    cluster, which resolves them against what exists, exclusions included)."""
+    names = [part.strip() for part in expression.split(",") if part.strip()]
+    return any(not n.startswith("-") and "*" not in n and _could_be_private(n) for n in names)
+
+
+def _filtered(expression: str) -> str:
+    """A metadata view's index expression with the private indices taken out of its wildcards."""
+    if expression == "_all":
+        return PUBLIC
+    return f"{expression},{_EXCLUDED}" if "*" in expression else expression
+
+
+def _refused(message: str) -> Forbidden:
+    return Forbidden(message, os_type="security_exception")
+
+
+_PRIVATE = (
+    "memproxy's own indices (API keys, users, grants, containers) cannot be reached through "
+    "pass-through; name other indices (for example `*,-memproxy-*`)"
+)
+
+
+async def _check_private(request: web.Request, expressions: Iterable[str]) -> None:
+    for expression in set(expressions):
+        if _named_private(expression):
+            raise _refused(_PRIVATE)
+        resolvable = "*" if expression == "_all" else expression
+        if any(_is_private(name) for name in await resolve_indices(request.app[STORE], resolvable)):
+            raise _refused(_PRIVATE)
 
 
 def _is_private(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in PRIVATE_INDICES)
 
 
-def _named_private(expression: str) -> bool:
-    """A private index named outright (``-name`` excludes it; wildcards are left to the cluster, which
-    resolves them against what exists, exclusions included)."""
-    names = [part.strip() for part in expression.split(",") if part.strip()]
-    return any(not n.startswith("-") and "*" not in n and _is_private(n) for n in names)
+def _check_new_names(names: Iterable[str], what: str) -> None:
+    for name in names:
+        if _could_be_private(name):
+            raise _refused(
+                f"memproxy does not forward {what} [{name}]: it could be one of memproxy's own names"
+            )
 
 
-def targets_of(segments: list[str], body: Any, default_index: str | None) -> list[str]:
-    """The index expressions a body route names (``default_index``: the path's, used by lines without
-    one). A route that names none and has no default targets every index (``_all``)."""
-    route = segments[0] if segments else ""
-    fallback = default_index or "_all"
-    out: list[str] = []
-    if route in ("_bulk",):
-        for line in body:
-            if isinstance(line, dict) and len(line) == 1:
-                (meta,) = line.values()
-                if isinstance(meta, dict):
-                    out.append(str(meta.get("_index") or fallback))
-    elif route in ("_msearch",):
-        for n, line in enumerate(body):
-            if n % 2 == 0 and isinstance(line, dict):
-                index = line.get("index")
-                out.extend([str(i) for i in index] if isinstance(index, list) else [str(index or fallback)])
-    elif route in ("_mget", "_mtermvectors"):
-        docs = body.get("docs") if isinstance(body, dict) else None
-        for doc in docs or ():
-            if isinstance(doc, dict):
-                out.append(str(doc.get("_index") or fallback))
-        if not docs:
-            out.append(fallback)
-    elif route == "_reindex":
-        source = body.get("source", {}) if isinstance(body, dict) else {}
-        dest = body.get("dest", {}) if isinstance(body, dict) else {}
-        index = source.get("index") if isinstance(source, dict) else None
-        out.extend([str(i) for i in index] if isinstance(index, list) else [str(index or fallback)])
-        out.append(str(dest.get("index") or fallback) if isinstance(dest, dict) else fallback)
-    elif route == "_aliases":
-        actions = body.get("actions") if isinstance(body, dict) else None
-        for action in actions if isinstance(actions, list) else ():
-            for spec in action.values() if isinstance(action, dict) else ():
-                for key in ("index", "indices", "alias", "aliases"):
-                    value = spec.get(key) if isinstance(spec, dict) else None
-                    if isinstance(value, list):
-                        out.extend(str(v) for v in value)
-                    elif value:
-                        out.append(str(value))
-    return out or [fallback]
-
-
-def _segments(path: str) -> list[str]:
-    # Empty segments (``//index``) are dropped as the node's router drops them.
-    return [s for s in path.split("/") if s]
-
-
-def _parse_lines(raw: bytes) -> list[Any]:
-    try:
-        return [json.loads(line) for line in raw.splitlines() if line.strip()]
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("The request body is not newline-delimited JSON") from None
-
-
-def _parse_body(raw: bytes) -> Any:
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("The request body is not JSON") from None
-
-
-async def _check_private(request: web.Request, expressions: Iterable[str]) -> None:
-    refused = Forbidden(
-        "memproxy's own indices (API keys, users, grants, containers) cannot be reached through "
-        "pass-through; name other indices (for example `*,-memproxy-*`)",
-        os_type="security_exception",
-    )
-    for expression in set(expressions):
-        if _named_private(expression):
-            raise refused
-        resolvable = "*" if expression == "_all" else expression
-        if any(_is_private(name) for name in await resolve_indices(request.app[STORE], resolvable)):
-            raise refused
+def _check_forwarded_body(body: Any) -> None:
+    """THE hook every forwarded search-like body goes through (``_search``, ``_count``, ``_msearch``
+    lines, ``_validate/query``, ``_explain``, ``_delete_by_query``, ``_update_by_query``, templates, alias
+    filters, search pipelines, reindex sources). For now the minimal lookup check of
+    :mod:`proxy.api.passthrough_bodies`; the integrator replaces it by the DSL validator's
+    ``proxy.store.dsl_policy.refuse_lookups(body)``."""
+    minimal_lookup_check(body)
 
 
 def _caller_headers(request: web.Request) -> dict[str, str] | None:
@@ -170,6 +148,43 @@ def _caller_headers(request: web.Request) -> dict[str, str] | None:
     return {k: v for k, v in request.headers.items() if k.lower() not in ("authorization", "x-api-key")}
 
 
+async def _checked_path(request: web.Request, found: Match) -> tuple[list[str], str | None]:
+    """The segments to forward once every name in the path was checked, and the path's index."""
+    endpoint, segments = found.endpoint, found.segments
+    forwarded, default = list(segments), None
+    smuggled = sorted(_PATH_ONLY_PARAMS.intersection(request.query))
+    if smuggled:
+        raise BadRequest(
+            f"memproxy does not forward the query parameter [{smuggled[0]}]: the node would read it as a "
+            "path parameter; put it in the path"
+        )
+    given = request.query.getall("index", [])
+    if given:
+        if len(given) > 1 or "{index}" in endpoint.pattern:
+            raise BadRequest("Name the index once: in the path, or in the `index` query parameter")
+        await _check_private(request, given)
+        default = given[0]  # as the node reads it: the path is then not rewritten
+    creating = request.method.upper() in ("PUT", "POST")
+    for n, (placeholder, segment) in enumerate(zip(endpoint.pattern, segments, strict=False)):
+        if placeholder == "{index}":
+            forwarded[n] = _filtered(segment) if endpoint.view else segment
+            default = default or forwarded[n]
+            await _check_private(request, [forwarded[n]])
+        elif placeholder == "{new}":
+            _check_new_names([segment], "the new index")
+        elif placeholder == "{alias}" and creating:
+            _check_new_names([segment], "the alias")
+    if endpoint.rewrite is not None and not given and request.query.get("help") not in ("", "true"):
+        # (`help` lists a view's columns and takes no index: the node refuses one.)
+        forwarded = [
+            PUBLIC if part == "{public}" else segments[int(part[1:-1])] if part[1:-1].isdigit() else part
+            for part in endpoint.rewrite
+        ]
+        if PUBLIC in forwarded:
+            await _check_private(request, [PUBLIC])  # a wildcard may reach an alias of a private index
+    return forwarded, default
+
+
 async def passthrough(request: web.Request) -> web.StreamResponse:
     who = request.get(PRINCIPAL)
     if who is not None and not who.from_cluster and not who.is_admin:
@@ -178,38 +193,25 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             "credentials",
             os_type="security_exception",
         )
-    segments = _segments(request.path)
-    route = segments[0] if segments else ""
-    if any(tuple(segments[: len(p)]) == p for p in _REFUSED_PREFIXES) or (
-        route == "_snapshot" and segments[-1:] == ["_restore"]
-    ):
-        raise Forbidden(
-            f"memproxy does not forward {request.path}: its targets cannot be checked against memproxy's "
-            "own indices",
-            os_type="security_exception",
+    raw_path, _, query = request.raw_path.partition("?")
+    found = match(request.method, canonical_segments(raw_path))
+    if found is None:
+        raise _refused(
+            f"memproxy does not forward {request.method} {request.path}: it is not on memproxy's "
+            "pass-through allowlist of cluster endpoints"
         )
-    # ``_all`` is the one index expression that starts with an underscore.
-    default_index = route if route == "_all" or (route and not route.startswith("_")) else None
-    if default_index is not None:
-        await _check_private(request, [default_index])
-        route = segments[1] if len(segments) > 1 else ""
-        tail = segments[1:]
-    else:
-        tail = segments
-    scroll = route == "_search" and tail[1:2] == ["scroll"]  # continues a search that was checked
-    if default_index is None and route in _ALL_INDICES and not scroll:
-        await _check_private(request, ["_all"])
+    if found.endpoint.refused:
+        raise _refused(f"memproxy does not forward {request.method} {request.path}: {found.endpoint.refused}")
+    forwarded, default = await _checked_path(request, found)
 
     headers = _caller_headers(request)
     body: AsyncIterator[bytes] | bytes | None
-    if route in _BODY_ROUTES:
-        body = await _inspected_body(request, tail, default_index)
+    if found.endpoint.body is not None:
+        body = await _inspected_body(request, found.endpoint.body, default)
     else:
         body = request.content.iter_any() if request.body_exists else None
-    # request.raw_path keeps the client's own percent-encoding and query string byte for byte.
-    upstream = await forward(
-        request.app[STORE], request.method, request.raw_path, headers or request.headers, body
-    )
+    target = encode_path(forwarded) + (f"?{query}" if query else "")
+    upstream = await forward(request.app[STORE], request.method, target, headers or request.headers, body)
     try:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=upstream.headers
@@ -225,8 +227,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         upstream.release()
 
 
-async def _inspected_body(request: web.Request, tail: list[str], default_index: str | None) -> bytes:
-    """The whole body of a route that names indices in it, once they were checked."""
+async def _inspected_body(request: web.Request, kind: str, default_index: str | None) -> bytes:
+    """The whole body of an endpoint whose body names indices or holds a query, once it was checked."""
     if request.headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
         raise BadRequest("memproxy inspects this route's body: send it uncompressed")
     content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -235,7 +237,10 @@ async def _inspected_body(request: web.Request, tail: list[str], default_index: 
     if "source" in request.query:
         raise BadRequest("memproxy inspects this route's body: send it as the body, not as `source`")
     raw = await request.read()
-    route = tail[0] if tail else ""
-    parsed = _parse_lines(raw) if route in ("_bulk", "_msearch") else _parse_body(raw)
-    await _check_private(request, targets_of(tail, parsed, default_index))
+    names = names_in(kind, raw, default_index, adds=request.method.upper() in ("PUT", "POST"))
+    for search in names.searches:
+        _check_forwarded_body(search)
+    _check_new_names(names.new, "the index name or pattern")
+    _check_new_names(names.aliases, "the alias")
+    await _check_private(request, names.indices)
     return raw

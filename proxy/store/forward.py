@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 from multidict import CIMultiDict
+from yarl import URL
 
 from proxy.errors import NotFound, Unavailable
 from proxy.store.client import Store, opaque_id_headers, url
@@ -63,8 +64,10 @@ async def forward(
     headers: Mapping[str, str],
     body: AsyncIterator[bytes] | bytes | None,
 ) -> UpstreamResponse:
-    """Send one request upstream; the body streams through without being buffered."""
-    target = store.settings.opensearch_url + raw_path_qs
+    """Send one request upstream; the body streams through without being buffered. ``raw_path_qs`` is
+    sent as it is: ``encoded=True`` keeps the URL library from decoding or resolving dot segments in it,
+    so the node routes exactly the path the policy checked."""
+    target = URL(store.settings.opensearch_url + raw_path_qs, encoded=True)
     sent = strip_hop_by_hop(headers)
     if "X-Opaque-Id" not in sent:  # the caller's own X-Opaque-Id wins: its tooling is looking for it
         sent.update(opaque_id_headers())

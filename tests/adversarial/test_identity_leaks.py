@@ -90,7 +90,9 @@ class Relay:
             return web.Response(body=body, status=resp.status, content_type=resp.content_type)
 
     def requests_to(self, path: str) -> list[Seen]:
-        return [s for s in self.seen if s.path == path]
+        # Below ``path`` too: an index-less view such as /_cat/indices is forwarded onto an expression that
+        # leaves memproxy's own indices out (/_cat/indices/*,-memproxy-goodmem-*,...).
+        return [s for s in self.seen if s.path == path or s.path.startswith(path + "/")]
 
     def stop(self) -> None:
         async def shutdown() -> None:
