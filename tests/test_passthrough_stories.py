@@ -18,7 +18,6 @@ REFUSED_BY_POLICY: dict[str, str] = {
     "_core/rank_eval.yaml": _INDEXLESS + " (`GET /_rank_eval`)",
     "_core/search.yaml": _INDEXLESS + " (`GET /_search`)",
     "_core/validate/query.yaml": _INDEXLESS + " (`GET /_validate/query`)",
-    "_core/search/query/terms/terms_lookup.yaml": "a terms lookup reads a document of an index not named",
     "_core/search/point_in_time/all.yaml": _OWN_CONTEXTS + " (`GET /_search/point_in_time/_all`)",
     "cat/pit_segments/all.yaml": _OWN_CONTEXTS + " (`GET /_cat/pit_segments/_all`)",
 }

@@ -1,5 +1,5 @@
 """The pass-through policy's pure parts, without a node: the canonical path, the endpoint allowlist, the
-body parsers and the forwarded-body hook (``_check_forwarded_body``)."""
+body parsers and the lookups of forwarded bodies (``lookup_indices``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from proxy.api.passthrough import PUBLIC, _check_forwarded_body, _could_be_private, _filtered, _globs_overlap
-from proxy.api.passthrough_bodies import names_in
+from proxy.api.passthrough import PUBLIC, _could_be_private, _filtered, _globs_overlap
+from proxy.api.passthrough_bodies import lookup_indices, names_in
 from proxy.api.passthrough_routes import BULK, MSEARCH, canonical_segments, encode_path, match
-from proxy.errors import BadRequest, Forbidden
+from proxy.errors import BadRequest
 
 
 @pytest.mark.parametrize(
@@ -109,21 +109,34 @@ def test_msearch_reads_index_and_indices() -> None:
         {"query": {"terms": {"f": {"index": "i", "id": "1", "path": "p"}}}},
         {"query": {"bool": {"filter": [{"geo_shape": {"l": {"indexed_shape": {"index": "i", "id": "1"}}}}]}}},
         {"query": {"more_like_this": {"fields": ["t"], "like": [{"_index": "i", "_id": "1"}]}}},
-        {"query": {"more_like_this": {"fields": ["t"], "unlike": {"_id": "1"}}}},
+        {"query": {"more_like_this": {"fields": ["t"], "unlike": {"_index": "i", "_id": "1"}}}},
         {"query": {"percolate": {"field": "q", "index": "i", "id": "1"}}},
         {"source": json.dumps({"query": {"terms": {"f": {"index": "i", "id": "1"}}}})},
-        {"source": '{"query": {"percolate": {{#toJson}}p{{/toJson}} }}'},
     ],
 )
-def test_forwarded_bodies_refuse_lookups(body: Any) -> None:
-    with pytest.raises(Forbidden):
-        _check_forwarded_body(body)
+def test_the_indices_a_forwarded_lookup_reads_are_named_for_the_check(body: Any) -> None:
+    assert lookup_indices(body) == ["i"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"source": '{"query": {"percolate": {{#toJson}}p{{/toJson}} }}'},
+        {"source": '{"query": {"terms": {"f": {"index": "{{i}}", "id": "1"}}}} {{/x}}'},
+        {"query": {"wrapper": {"query": "eyJtYXRjaF9hbGwiOnt9fQ=="}}},
+    ],
+)
+def test_lookups_that_cannot_be_read_are_refused(body: Any) -> None:
+    with pytest.raises(BadRequest):
+        lookup_indices(body)
 
 
 def test_forwarded_bodies_keep_ordinary_queries() -> None:
     for body in (
         {"query": {"terms": {"genre": ["a", "b"]}}, "aggs": {"g": {"terms": {"field": "genre"}}}},
         {"query": {"more_like_this": {"fields": ["t"], "like": "free text"}}},
+        # a lookup that names no index reads the searched index, which the path check already allowed
+        {"query": {"more_like_this": {"fields": ["t"], "unlike": {"_id": "1"}}}},
         {"source": '{"query": {"match": {"t": "{{q}}"}}}', "params": {"q": "x"}},
     ):
-        _check_forwarded_body(body)
+        assert lookup_indices(body) == []

@@ -21,8 +21,8 @@ index expressions, new index names and alias names:
 - the bodies that name indices (``_bulk``, ``_mget``, ``_msearch``, ``_reindex``, alias actions, index
   creation, templates, ...) are parsed whole (:mod:`proxy.api.passthrough_bodies`) and every name in
   them checked; their body must then be plain JSON (no ``Content-Encoding``, no CBOR/SMILE/YAML, no
-  ``source`` query parameter) so what is inspected is what the node reads; search-like bodies go through
-  :func:`_check_forwarded_body` (no lookups);
+  ``source`` query parameter) so what is inspected is what the node reads; in search-like bodies the
+  indices their lookups read (:func:`~proxy.api.passthrough_bodies.lookup_indices`) are checked too;
 - metadata views (``_cat/indices``, ``_mapping``, ``_settings``, ``_cluster/state``, ...) hide the private
   indices: a wildcard gets them excluded, an index-less form is forwarded onto :data:`PUBLIC`;
 - index-less searches and index-less settings / mapping writes are refused: name the indices.
@@ -33,11 +33,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import AsyncIterator, Iterable
 from functools import cache
-from typing import Any
 
 from aiohttp import web
 
-from proxy.api.passthrough_bodies import minimal_lookup_check, names_in
+from proxy.api.passthrough_bodies import lookup_indices, names_in
 from proxy.api.passthrough_routes import Match, canonical_segments, encode_path, match
 from proxy.app_keys import PRINCIPAL, STORE
 from proxy.errors import BadRequest, Forbidden
@@ -129,15 +128,6 @@ def _check_new_names(names: Iterable[str], what: str) -> None:
             raise _refused(
                 f"memproxy does not forward {what} [{name}]: it could be one of memproxy's own names"
             )
-
-
-def _check_forwarded_body(body: Any) -> None:
-    """THE hook every forwarded search-like body goes through (``_search``, ``_count``, ``_msearch``
-    lines, ``_validate/query``, ``_explain``, ``_delete_by_query``, ``_update_by_query``, templates, alias
-    filters, search pipelines, reindex sources). For now the minimal lookup check of
-    :mod:`proxy.api.passthrough_bodies`; the integrator replaces it by the DSL validator's
-    ``proxy.store.dsl_policy.refuse_lookups(body)``."""
-    minimal_lookup_check(body)
 
 
 def _caller_headers(request: web.Request) -> dict[str, str] | None:
@@ -238,9 +228,8 @@ async def _inspected_body(request: web.Request, kind: str, default_index: str | 
         raise BadRequest("memproxy inspects this route's body: send it as the body, not as `source`")
     raw = await request.read()
     names = names_in(kind, raw, default_index, adds=request.method.upper() in ("PUT", "POST"))
-    for search in names.searches:
-        _check_forwarded_body(search)
+    looked_up = [index for search in names.searches for index in lookup_indices(search)]
     _check_new_names(names.new, "the index name or pattern")
     _check_new_names(names.aliases, "the alias")
-    await _check_private(request, names.indices)
+    await _check_private(request, [*names.indices, *looked_up])
     return raw

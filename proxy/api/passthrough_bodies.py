@@ -18,8 +18,9 @@ from typing import Any
 
 from proxy.api import passthrough_routes as kinds
 from proxy.errors import BadRequest, Forbidden
+from proxy.store.dsl_policy import refuse_lookups
 
-__all__ = ["Names", "minimal_lookup_check", "names_in"]
+__all__ = ["Names", "lookup_indices", "names_in"]
 
 _BULK_ACTIONS = frozenset({"index", "create", "update", "delete"})
 # BulkRequestParser's metadata keys; anything else is a 400 there, and here.
@@ -236,55 +237,48 @@ def names_in(kind: str, raw: bytes, default: str | None, *, adds: bool = True) -
 
 # ---- The lookup rules for forwarded search bodies -------------------------------------------------
 # A lookup makes the node fetch a document by index and id while it runs the query, and its value can come
-# back (in hits or in an error); it would read memproxy's own indices whatever the path named.
+# back (in hits or in an error); it would read memproxy's own indices whatever the path named. The rule is
+# the DSL validator's (proxy.store.dsl_policy.refuse_lookups); what only forwarded bodies have is a search
+# template, whose query may come as a string.
 
 
-def _walk(value: Any) -> Iterator[tuple[str, Any]]:
+def _template_sources(value: Any) -> Iterator[str]:
     if isinstance(value, dict):
         for key, child in value.items():
-            yield key, child
-            yield from _walk(child)
+            if key == "source" and isinstance(child, str):
+                yield child
+            else:
+                yield from _template_sources(child)
     elif isinstance(value, list):
         for child in value:
-            yield from _walk(child)
+            yield from _template_sources(child)
 
 
-def _is_lookup(key: str, value: Any) -> bool:
-    if key == "terms" and isinstance(value, dict):
-        return any(isinstance(v, dict) and ("index" in v or "id" in v) for v in value.values())
-    if key in ("indexed_shape", "indexedShape"):
-        return True
-    if key in ("more_like_this", "mlt") and isinstance(value, dict):
-        given = [value.get("like"), value.get("unlike")]
-        docs = [d for v in given for d in (v if isinstance(v, list) else [v])]
-        return any(isinstance(d, dict) and ("_id" in d or "_index" in d) for d in docs) or "ids" in value
-    if key == "percolate" and isinstance(value, dict):
-        return "index" in value or "id" in value
-    return False
-
-
+# Words of the lookups in a mustache template that is not JSON until it is rendered, so cannot be parsed.
 _LOOKUP_WORDS = ("indexed_shape", "indexedShape", "percolate", "more_like_this", "mlt")
 
 
-def minimal_lookup_check(body: Any) -> None:
-    """Refuse a lookup anywhere in ``body``. A template's ``source`` given as a string is parsed when it is
-    JSON; a mustache template that is not JSON is refused when it mentions a lookup query at all."""
-    for key, value in _walk(body):
-        if key == "source" and isinstance(value, str):
-            try:
-                minimal_lookup_check(json.loads(value))
-            except ValueError:
-                if any(word in value for word in _LOOKUP_WORDS) or (
-                    '"terms"' in value and '"index"' in value
-                ):
-                    raise _lookup_refused("template") from None
-        if _is_lookup(key, value):
-            raise _lookup_refused(key)
+def lookup_indices(body: Any) -> list[str]:
+    """The index expressions the lookups of a forwarded body read, to be checked as the path's are (an
+    administrator may look up their own indices, never memproxy's). A ``wrapper`` query (encoded, so
+    unchecked) is refused (400), and so is a template's ``source`` that is not JSON and mentions a lookup;
+    one that is JSON is read like the body."""
+    named: list[str] = []
 
+    def record(index: str) -> bool:
+        named.append(index)
+        return True
 
-def _lookup_refused(key: str) -> Forbidden:
-    return Forbidden(
-        f"memproxy does not forward a `{key}` lookup: it would read a document of an index the request "
-        "does not name",
-        os_type="security_exception",
-    )
+    refuse_lookups(body, may_read=record)
+    for source in _template_sources(body):
+        try:
+            template = json.loads(source)
+        except ValueError:
+            if any(word in source for word in _LOOKUP_WORDS) or ('"terms"' in source and '"index"' in source):
+                raise BadRequest(
+                    "memproxy does not forward a search template that cannot be read as JSON and mentions a "
+                    "lookup: it could read a document of an index the request does not name"
+                ) from None
+            continue
+        named.extend(lookup_indices(template))
+    return named

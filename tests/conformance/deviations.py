@@ -217,7 +217,7 @@ def _dsl_allowlist(ref: Reply, mp: Reply) -> None:
 DSL_ALLOWLIST = Deviation(
     "dsl-allowlist",
     "A caller's Query DSL is checked against memproxy's allowlist (docs/security.md, \"Caller Query DSL: the "
-    "allowlist\"): a query clause, aggregation or search-body key that is not on it (unknown to OpenSearch, "
+    'allowlist"): a query clause, aggregation or search-body key that is not on it (unknown to OpenSearch, '
     "or known and able to read outside the container: a `global` aggregation, suggesters, lookups) is "
     "refused with 400 `illegal_argument_exception` naming it; ml-commons 3.6 sends the body to the node, "
     "which runs it, or answers `parsing_exception` for a name it does not know.",
