@@ -42,7 +42,7 @@ async def goodmem_ctx(app: web.Application) -> AsyncIterator[None]:
     gm = GoodMem.create(app[SERVICES], app[IDENTITY], jobs=app[JOBS].queue, documents=documents)
     register_documents(app[JOBS], gm)  # documents and long texts are processed as durable jobs
     app[GOODMEM] = gm
-    app[RETRIEVER] = Retriever(gm)
+    app[RETRIEVER] = Retriever(gm, max_per_caller=settings.retrieve_max_per_caller)
     yield
 
 
