@@ -74,13 +74,14 @@ class Settings:
     max_connections_per_address: int = 256
     # Jobs of one owner this process runs at once (0: half of jobs_workers, at least 1).
     jobs_max_per_owner: int = 0
-    # PDF extraction (docs/documents.md): XObject draws per page (counted through nested forms), form
-    # nesting depth, text characters per page and per document, and seconds per page.
-    document_max_draws: int = 10_000
+    # PDF extraction (docs/security.md): XObject draws per page (counted through nested forms), form
+    # nesting depth, text characters per page and per document, seconds per page and per document.
+    document_max_draws: int = 2_000
     document_max_form_depth: int = 12
     document_max_page_chars: int = 1_000_000
     document_max_chars: int = 20_000_000
-    document_page_timeout_s: float = 30.0
+    document_page_timeout_s: float = 10.0
+    document_text_timeout_s: float = 120.0
     # User-supplied Query DSL may not carry scripts unless the operator allows them.
     allow_scripts: bool = False
     # Every search memproxy sends carries this timeout, and the node cancels it after that long.
@@ -224,6 +225,7 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ("document-max-page-chars", "MEMPROXY_DOCUMENT_MAX_PAGE_CHARS", int, "text characters per PDF page"),
     ("document-max-chars", "MEMPROXY_DOCUMENT_MAX_CHARS", int, "text characters per document"),
     ("document-page-timeout-s", "MEMPROXY_DOCUMENT_PAGE_TIMEOUT_S", float, "seconds per PDF page's text"),
+    ("document-text-timeout-s", "MEMPROXY_DOCUMENT_TEXT_TIMEOUT_S", float, "seconds per PDF's text layer"),
     (
         "search-timeout-s",
         "MEMPROXY_SEARCH_TIMEOUT_S",
@@ -411,7 +413,7 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     ):
         if values.get(name, 1) < 1:
             raise SystemExit(f"memproxy: --{name.replace('_', '-')} must be 1 or more")
-    for name in ("header_timeout_s", "body_timeout_s", "document_page_timeout_s"):
+    for name in ("header_timeout_s", "body_timeout_s", "document_page_timeout_s", "document_text_timeout_s"):
         if values.get(name, 1.0) <= 0:
             raise SystemExit(f"memproxy: --{name.replace('_', '-')} must be positive")
     if values.get("jobs_max_per_owner", 0) < 0:
