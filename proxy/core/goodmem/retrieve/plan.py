@@ -90,9 +90,9 @@ def parse_space_filter(text: str, where: str) -> Filter:
 
 
 def _parse_filters(keys: Sequence[SpaceKey]) -> list[Filter]:
-    """Each space's filter, every distinct text parsed once. Run on a worker thread: up to 64 KiB of
-    expressions (request.MAX_FILTER_CHARS_PER_REQUEST) take a second of CPU that the event loop, which
-    serves every other caller, must not spend."""
+    """Each space's filter, every distinct text parsed once. Run on a worker thread: up to 32 KiB of
+    expressions (proxy.filters.MAX_FILTER_CHARS_PER_REQUEST) take half a second of CPU that the event loop,
+    which serves every other caller, must not spend."""
     parsed: dict[str, Filter] = {}
     out: list[Filter] = []
     for i, key in enumerate(keys):
