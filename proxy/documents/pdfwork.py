@@ -20,12 +20,11 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pypdf import PageObject
-from pypdf.generic import IndirectObject
+from pypdf.generic import DictionaryObject, IndirectObject, StreamObject
 
 from proxy.documents.errors import DocumentTooComplex
 from proxy.documents.model import Limits
@@ -71,11 +70,12 @@ class _Walk:
         if not names:
             return 0, 0
         resources = resources.get_object() if resources is not None else None
-        xobjects = resources.get("/XObject") if isinstance(resources, Mapping) else None
+        xobjects = resources.get("/XObject") if isinstance(resources, DictionaryObject) else None
         xobjects = xobjects.get_object() if xobjects is not None else None
         draws = height = 0
         for name, times in names.items():
-            ref = xobjects.raw_get(f"/{name.decode('latin-1')}") if isinstance(xobjects, Mapping) else None
+            # dict.get: the entry as stored (an indirect reference, the form's identity), not resolved.
+            ref = dict.get(xobjects, f"/{name.decode('latin-1')}") if isinstance(xobjects, dict) else None
             below, nested = self.form(ref, resources, depth + 1) if ref is not None else (0, 0)
             draws += times * (1 + below)
             height = max(height, nested)
@@ -92,7 +92,7 @@ class _Walk:
             draws, height = self.counts.done[key]
         else:
             obj = ref.get_object()
-            if not isinstance(obj, Mapping) or obj.get("/Subtype") != "/Form":
+            if not isinstance(obj, StreamObject) or obj.get("/Subtype") != "/Form":
                 return 0, 0
             if key in self.counts.active:
                 raise self._too_complex("has a form that draws itself", "document_max_form_depth")
