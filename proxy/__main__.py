@@ -4,6 +4,7 @@ of the client commands of :mod:`proxy.cli` (``memproxy ingest|search|inspect|exp
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ def _serve(argv: Sequence[str]) -> None:
     # Imported here, not above: a client command must not pay seconds for the server's imports (torch).
     from aiohttp import web
 
+    from proxy.api.connections import ConnectionLimits
     from proxy.api.guards import install_quiet_request_handler
     from proxy.app import make_app
     from proxy.config import parse_settings
@@ -37,9 +39,22 @@ def _serve(argv: Sequence[str]) -> None:
     # opensearch-py logs every call at INFO and every failed call with a traceback at WARNING; memproxy
     # reports what matters itself (an unreachable cluster is a 503, not a stack trace in the log).
     logging.getLogger("opensearch").setLevel(logging.ERROR)
-    install_quiet_request_handler()  # a bare 400 for a request aiohttp cannot parse (proxy.api.guards)
+    # A bare 400 for a request aiohttp cannot parse, read deadlines and a cap of connections per address.
+    install_quiet_request_handler(
+        ConnectionLimits(
+            header_timeout_s=settings.header_timeout_s,
+            body_timeout_s=settings.body_timeout_s,
+            max_per_address=settings.max_connections_per_address,
+        )
+    )
+    app = make_app(settings)
+    # The objects of every imported module (torch's included) leave the collector's view: a full collection
+    # would scan them all, pausing every thread (the event loop too) for hundreds of ms whenever one
+    # request's garbage, a filter parse, say, triggers one. Only objects made from now on are scanned.
+    gc.collect()
+    gc.freeze()
     web.run_app(
-        make_app(settings),
+        app,
         loop=_new_loop(settings.event_loop),
         host=settings.host,
         port=settings.port,

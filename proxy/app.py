@@ -160,6 +160,8 @@ async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
         lease_s=settings.jobs_lease_s,
         poll_s=settings.jobs_poll_s,
         retention_s=retention_days * 86_400 if retention_days > 0 else None,
+        # One owner holds at most this many of the workers, so another tenant's job always finds one.
+        max_per_owner=settings.jobs_max_per_owner or max(1, settings.jobs_workers // 2),
     )
     # The core's own job kinds; each API slice registers its own in its cleanup_ctx.
     register_infer(app[JOBS], app[SERVICES])

@@ -67,6 +67,23 @@ class Settings:
     max_chunks_per_memory: int = 1000
     # One caller may hold at most this share of the embedding queue (the rest stays free for others).
     embed_caller_share: float = 0.5
+    # Retrieves one caller may have in flight at once (more wait up to 1 s, then 429).
+    retrieve_max_per_caller: int = 8
+    # A connection must send its request head within header_timeout_s, and a body may pause at most
+    # body_timeout_s between reads; one client address may hold at most max_connections_per_address.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections_per_address: int = 256
+    # Jobs of one owner this process runs at once (0: half of jobs_workers, at least 1).
+    jobs_max_per_owner: int = 0
+    # PDF extraction (docs/security.md): XObject draws per page (counted through nested forms), form
+    # nesting depth, text characters per page and per document, seconds per page and per document.
+    document_max_draws: int = 2_000
+    document_max_form_depth: int = 12
+    document_max_page_chars: int = 1_000_000
+    document_max_chars: int = 20_000_000
+    document_page_timeout_s: float = 10.0
+    document_text_timeout_s: float = 120.0
     # User-supplied Query DSL may not carry scripts unless the operator allows them.
     allow_scripts: bool = False
     # Every search memproxy sends carries this timeout, and the node cancels it after that long.
@@ -199,6 +216,22 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         float,
         "largest share of the queue one caller holds",
     ),
+    ("retrieve-max-per-caller", "MEMPROXY_RETRIEVE_MAX_PER_CALLER", int, "retrieves one caller runs at once"),
+    ("header-timeout-s", "MEMPROXY_HEADER_TIMEOUT_S", float, "seconds a client has to send request headers"),
+    ("body-timeout-s", "MEMPROXY_BODY_TIMEOUT_S", float, "longest pause in a request body, seconds"),
+    (
+        "max-connections-per-address",
+        "MEMPROXY_MAX_CONNECTIONS_PER_ADDRESS",
+        int,
+        "connections one client address may hold open",
+    ),
+    ("jobs-max-per-owner", "MEMPROXY_JOBS_MAX_PER_OWNER", int, "jobs of one owner run at once (0: auto)"),
+    ("document-max-draws", "MEMPROXY_DOCUMENT_MAX_DRAWS", int, "XObject draws per PDF page"),
+    ("document-max-form-depth", "MEMPROXY_DOCUMENT_MAX_FORM_DEPTH", int, "PDF form XObject nesting"),
+    ("document-max-page-chars", "MEMPROXY_DOCUMENT_MAX_PAGE_CHARS", int, "text characters per PDF page"),
+    ("document-max-chars", "MEMPROXY_DOCUMENT_MAX_CHARS", int, "text characters per document"),
+    ("document-page-timeout-s", "MEMPROXY_DOCUMENT_PAGE_TIMEOUT_S", float, "seconds per PDF page's text"),
+    ("document-text-timeout-s", "MEMPROXY_DOCUMENT_TEXT_TIMEOUT_S", float, "seconds per PDF's text layer"),
     (
         "search-timeout-s",
         "MEMPROXY_SEARCH_TIMEOUT_S",
@@ -390,6 +423,21 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --goodmem-vector-score must be live or cosine")
     if not 0 < values.get("embed_caller_share", 0.5) <= 1:
         raise SystemExit("memproxy: --embed-caller-share must be in (0, 1]")
+    for name in (
+        "retrieve_max_per_caller",
+        "max_connections_per_address",
+        "document_max_draws",
+        "document_max_form_depth",
+        "document_max_page_chars",
+        "document_max_chars",
+    ):
+        if values.get(name, 1) < 1:
+            raise SystemExit(f"memproxy: --{name.replace('_', '-')} must be 1 or more")
+    for name in ("header_timeout_s", "body_timeout_s", "document_page_timeout_s", "document_text_timeout_s"):
+        if values.get(name, 1.0) <= 0:
+            raise SystemExit(f"memproxy: --{name.replace('_', '-')} must be positive")
+    if values.get("jobs_max_per_owner", 0) < 0:
+        raise SystemExit("memproxy: --jobs-max-per-owner must be 0 (auto) or more")
     if values.get("jobs_workers", 0) < 0:
         raise SystemExit("memproxy: --jobs-workers must be 0 or more")
     if values.get("jobs_lease_s", 1.0) <= 0 or values.get("jobs_poll_s", 1.0) <= 0:

@@ -10,6 +10,7 @@ import hashlib
 import io
 import re
 import struct
+import time
 import zlib
 from typing import Any
 
@@ -22,6 +23,7 @@ from proxy.documents import (
     CorruptDocument,
     DocumentError,
     DocumentKind,
+    DocumentTooComplex,
     EncryptedDocument,
     ImageTooLarge,
     InvalidRange,
@@ -42,6 +44,7 @@ from tests.support.documents import (
     corrupt_pdf,
     docx_bytes,
     encrypted_pdf,
+    form_bomb_pdf,
     html_page,
     page_image,
     scanned_pdf,
@@ -161,6 +164,54 @@ async def test_pdf_text_layer_per_page() -> None:
     assert result.text == "\n\n".join(p.text for p in result.pages)
     assert result.images == []
     assert {"prepare_ms", "text_layer_ms", "total_ms"} <= result.timings.keys()
+
+
+# --- the work a PDF may ask for (proxy.documents.pdfwork) -------------------------------------------------
+
+
+async def test_a_form_bomb_fails_at_once_naming_the_page_and_the_setting() -> None:
+    """A 1.7 KB PDF drawing its leaf form 12^5 times: refused from a static count in milliseconds (pypdf
+    alone spends 2.5 ms a drawing, with no bound across pages), by the text layer and by OCR alike."""
+    bomb = form_bomb_pdf(4)
+    assert len(bomb) < 2500
+    for run in (
+        extract(bomb, PDF, LIMITS, page_images=True),
+        ocr_document(bomb, None, LIMITS, start_page=None, end_page=None),
+    ):
+        started = time.perf_counter()
+        with pytest.raises(DocumentTooComplex) as caught:
+            await run
+        assert time.perf_counter() - started < 1.0
+        assert caught.value.message == "the PDF draws more than 2000 objects on page 1 (document_max_draws)"
+        assert caught.value.stage == "EXTRACTING_CONTENT"
+
+
+async def test_forms_that_draw_themselves_or_nest_too_deep_are_refused() -> None:
+    with pytest.raises(DocumentTooComplex, match=r"has a form that draws itself on page 1"):
+        await extract(form_bomb_pdf(3, cycle=True), PDF, LIMITS, page_images=False)
+    with pytest.raises(DocumentTooComplex, match=r"nests forms more than 12 deep on page 1"):
+        await extract(form_bomb_pdf(12, fanout=1), PDF, LIMITS, page_images=False)
+    # Within the bounds, nested forms are read as before: 12^2 drawings of "x".
+    result = await extract(form_bomb_pdf(1), PDF, LIMITS, page_images=False)
+    assert result.text.split() == ["x"] * 144
+
+
+async def test_the_text_layer_is_bounded_in_time_and_characters() -> None:
+    slow = Limits(max_draws=10**9, page_timeout_s=0.3)
+    started = time.perf_counter()
+    with pytest.raises(
+        DocumentTooComplex, match=r"page 1 took longer than 0.3 s to extract .*page_timeout_s"
+    ):
+        await extract(form_bomb_pdf(3), PDF, slow, page_images=False)
+    assert time.perf_counter() - started < 2.0
+    whole = Limits(max_draws=10**9, page_timeout_s=60, text_timeout_s=0.3)
+    with pytest.raises(DocumentTooComplex, match=r"text of the PDF took longer than 0.3 s .*text_timeout_s"):
+        await extract(form_bomb_pdf(3), PDF, whole, page_images=False)
+    with pytest.raises(DocumentTooComplex, match=r"page 2 of the PDF has more than 50 .*max_page_chars"):
+        await extract(text_pdf(["a" * 40, "b" * 60]), PDF, Limits(max_page_chars=50), page_images=False)
+    pages = text_pdf(["a" * 60, "b" * 60, "c" * 60])
+    with pytest.raises(DocumentTooComplex, match=r"more than 150 characters of text \(document_max_chars\)"):
+        await extract(pages, PDF, Limits(max_page_chars=100, max_chars=150), page_images=False)
 
 
 async def test_pdf_page_images() -> None:

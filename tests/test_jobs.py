@@ -28,6 +28,7 @@ import pytest
 
 from proxy.config import Settings, parse_settings
 from proxy.core import jobs as jobs_module
+from proxy.core.job_turns import OwnerTurns
 from proxy.core.jobs import (
     COMPLETED,
     FAILED,
@@ -614,3 +615,55 @@ async def test_the_enqueuing_process_takes_its_own_job_first(store: Store, kind:
             assert workers[-1] == theirs.worker_id and time.monotonic() - started < HANDOFF_S
     finally:
         await store.request("DELETE", url(index), params={"ignore_unavailable": "true"})
+
+
+# --- fairness across owners (proxy.core.job_turns) -------------------------------------------------------
+
+
+def test_turns_go_to_the_owner_with_the_fewest_running_then_the_longest_waiting() -> None:
+    turns = OwnerTurns(max_per_owner=2)
+    jobs = [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", None)]
+    assert turns.order(jobs, lambda j: j[1]) == [("a1", "a"), ("b1", "b"), ("c1", None)]
+    turns.started("a1", "a")
+    turns.started("c1", None)
+    assert turns.order(jobs, lambda j: j[1]) == [("b1", "b"), ("a1", "a"), ("c1", None)]
+    turns.started("b1", "b")
+    turns.started("a2", "a")  # a at its cap: not offered
+    assert turns.order(jobs, lambda j: j[1]) == [("c1", None), ("b1", "b")]
+    turns.ended("a1")
+    assert turns.admits("a") and turns.running("a") == 1
+
+
+@pytest.mark.parametrize("enqueued_here", [True, False], ids=["own-fresh-jobs", "due-in-the-index"])
+async def test_one_owners_backlog_does_not_starve_another_owner(
+    queue: JobQueue, store: Store, kind: str, enqueued_here: bool
+) -> None:
+    """Tenant A queues 30 documents, then tenant B one ``infer``: B's job runs next, not after A's backlog,
+    and A never holds more than its share of the workers. Both ways a job reaches a runner: this process's
+    own enqueue (its fresh jobs) and another process's (due in the index)."""
+    running: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+    order: list[str] = []
+
+    async def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        owner = str(ctx.owner_id)
+        running[owner] += 1
+        most[owner] = max(most[owner], running[owner])
+        order.append(owner)
+        await asyncio.sleep(0.3)
+        running[owner] -= 1
+
+    elsewhere = JobQueue(JobDocs(store, queue.docs.index))  # a process that runs no jobs: due at once
+    source = queue if enqueued_here else elsewhere
+    async with runner(queue, {kind: handler}, workers=2, max_per_owner=1):
+        for i in range(30):
+            await source.enqueue(kind, {"n": i}, owner_id="tenant-a")
+        await asyncio.sleep(0.5)
+        started_before = len(order)
+        b = await source.enqueue(kind, {}, owner_id="tenant-b")
+        done = await queue.wait(b.job_id, timeout_s=20)
+        left = (await queue.counts()).get(PENDING, 0)
+    assert done.state == COMPLETED
+    # B waited for at most a couple of A's jobs (the index's refresh), not for A's backlog (30 x 0.3 s).
+    assert order.index("tenant-b") <= started_before + 3 and left >= 10, (order, started_before, left)
+    assert most["tenant-a"] == 1

@@ -13,11 +13,13 @@ API's own error shape) and before identity (so no credential lookup ever sees an
 
 :class:`QuietRequestHandler` is aiohttp's connection protocol except for one answer: a request aiohttp cannot
 even parse (a malformed header line) gets a bare ``400 Bad Request``; aiohttp's own answer quotes the raw
-bytes it choked on, API key included, in the response body and in the log.
+bytes it choked on, API key included, in the response body and in the log. It also applies the read
+deadlines and the per-address connection cap of :mod:`proxy.api.connections`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -29,6 +31,7 @@ from aiohttp.helpers import parse_mimetype
 from aiohttp.http_exceptions import HttpProcessingError
 
 from proxy.api.body import body_too_large, has_surrogate
+from proxy.api.connections import ConnectionGuard, ConnectionLimits
 from proxy.api.errors import is_goodmem_path, is_openai_path
 from proxy.app_keys import SETTINGS
 from proxy.config import Settings
@@ -134,7 +137,30 @@ async def input_guard_middleware(request: web.Request, handler: Handler) -> web.
 
 
 class QuietRequestHandler(web.RequestHandler):
-    """aiohttp's protocol, answering a request it cannot parse with a bare ``400 Bad Request``."""
+    """aiohttp's protocol, answering a request it cannot parse with a bare ``400 Bad Request``, and with the
+    read deadlines and per-address cap of :mod:`proxy.api.connections` once ``limits`` is set."""
+
+    limits: ConnectionLimits | None = None
+    _guard: ConnectionGuard | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.limits is not None:
+            self._guard = ConnectionGuard(self.limits, self, transport)
+            if self._guard.refused:
+                self.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        requests = self._request_count
+        super().data_received(data)
+        if self._guard is not None:
+            completed = self._request_count > requests and self._messages
+            self._guard.received(self._messages[-1][1] if completed else None)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._guard is not None:
+            self._guard.lost()
+        super().connection_lost(exc)
 
     def handle_error(
         self,
@@ -154,8 +180,9 @@ class QuietRequestHandler(web.RequestHandler):
         return response
 
 
-def install_quiet_request_handler() -> None:
+def install_quiet_request_handler(limits: ConnectionLimits | None = None) -> None:
     """Make aiohttp's server speak :class:`QuietRequestHandler` on every connection; call before serving.
+    ``limits``: the connections' read deadlines and per-address cap (None: as aiohttp has it).
 
     aiohttp has no parameter for the protocol class: ``web.Server.__call__`` (the protocol factory every
     runner hands to the event loop) instantiates the name ``RequestHandler`` of ``aiohttp.web_server``, so
@@ -163,4 +190,5 @@ def install_quiet_request_handler() -> None:
     """
     import aiohttp.web_server
 
+    QuietRequestHandler.limits = limits
     aiohttp.web_server.RequestHandler = QuietRequestHandler  # type: ignore[misc]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.core.clock import now_ms
+from proxy.core.job_turns import OwnerTurns
 from proxy.errors import MemproxyError, NotFound
 from proxy.store.client import NodeConflict, NodeNotFound
 from proxy.store.jobs import JobDocs
@@ -338,7 +339,7 @@ class JobQueue:
         self._wakeups: list[asyncio.Event] = []
         # Jobs this process enqueued that its own runner takes first (see ``HANDOFF_S``), and whether this
         # process runs jobs at all (a runner with workers says so).
-        self._fresh: dict[str, None] = {}
+        self._fresh: dict[str, str | None] = {}  # job id → its owner
         self.runs_jobs = False
         # Local callers of wait(), woken when this process finishes their job.
         self._waiters: dict[str, set[asyncio.Event]] = {}
@@ -388,7 +389,7 @@ class JobQueue:
         if not await self.docs.create(job_id, doc):
             return await self.get(job_id)
         if self.runs_jobs and delay_s == HANDOFF_S:
-            self._fresh[job_id] = None
+            self._fresh[job_id] = owner_id
         for event in self._wakeups:
             event.set()
         return Job.from_doc(job_id, doc)
@@ -474,16 +475,17 @@ class JobQueue:
         for event in self._waiters.get(job_id, ()):
             event.set()
 
-    async def due(self, kinds: list[str], size: int) -> list[Versioned]:
-        return await self.docs.due(kinds, now_ms(), size)
+    async def due(self, kinds: list[str], size: int, *, one_per_owner: bool = False) -> list[Versioned]:
+        return await self.docs.due(kinds, now_ms(), size, one_per_owner=one_per_owner)
 
-    def take_fresh(self, limit: int) -> list[str]:
-        """Up to ``limit`` of the jobs this process enqueued and has not yet tried to claim (for its
-        runner), oldest first; the rest stay for its next free slots."""
-        taken = list(self._fresh)[:limit]
-        for job_id in taken:
-            del self._fresh[job_id]
-        return taken
+    def fresh_jobs(self) -> list[tuple[str, str | None]]:
+        """The jobs this process enqueued and its runner has not yet tried to claim, with their owners,
+        oldest first (the runner takes them before anyone else may: ``HANDOFF_S``)."""
+        return list(self._fresh.items())
+
+    def forget_fresh(self, job_id: str) -> None:
+        """The runner is claiming ``job_id`` now (it is no longer waiting for this process's slot)."""
+        self._fresh.pop(job_id, None)
 
     async def claim(
         self, candidate: Versioned, owner: str, lease_s: float, *, own: bool = False
@@ -570,8 +572,11 @@ class JobRunner:
         worker_id: str | None = None,
         retention_s: float | None = None,
         purge_every_s: float = 3600.0,
+        max_per_owner: int | None = None,
     ) -> None:
         self.queue = queue
+        # Whose job takes a free slot (proxy.core.job_turns); None: an owner may hold every slot.
+        self.turns = OwnerTurns(workers if max_per_owner is None else max_per_owner)
         self.retention_s = retention_s
         self.purge_every_s = purge_every_s
         self._next_purge = 0.0  # time.monotonic() of the next one: the first poll purges
@@ -673,43 +678,66 @@ class JobRunner:
             log.info("jobs: deleted %d jobs that ended over %.0f s ago", deleted, self.retention_s)
 
     async def _claim(self, free: int) -> None:
-        # Jobs this process enqueued first (JobQueue.enqueue): nobody else may take them yet.
-        for job_id in self.queue.take_fresh(free):
-            if self._stopping:
-                break
-            candidate = await self.queue.docs.get(job_id)
-            if candidate is None or candidate.source.get("kind") not in self._kinds:
-                continue
-            claimed = await self.queue.claim(candidate, self.worker_id, self.lease_s, own=True)
-            if isinstance(claimed, _Lease):
-                self._start(claimed)
-                free -= 1
-        if free <= 0:
-            return
-        # A few more candidates than free slots: another process may win some of them.
-        for candidate in await self.queue.due(list(self._kinds), size=free * 3 + 2):
+        """Fill ``free`` slots in two rounds. First a slot for each owner with a job waiting, whose turn it
+        is first (proxy.core.job_turns): the oldest of this process's own fresh jobs of each owner (nobody
+        else may take them yet) and the oldest due job of each owner in the index (a collapse). Then what is
+        left, oldest first, to owners under their cap."""
+        kinds = list(self._kinds)
+        fresh = self.queue.fresh_jobs()
+        round_one: list[tuple[str | None, str | Versioned]] = [(owner, job_id) for job_id, owner in fresh]
+        round_one += [
+            (c.source.get("owner_id"), c) for c in await self.queue.due(kinds, size=64, one_per_owner=True)
+        ]
+        for _, what in self.turns.order(round_one, lambda item: item[0]):
             if free <= 0 or self._stopping:
                 return
-            if candidate.id in self._running:
-                continue
-            claimed = await self.queue.claim(candidate, self.worker_id, self.lease_s)
-            if claimed is None:
-                continue
-            if isinstance(claimed, Job):  # its last attempt's worker died: nothing left to run
-                log.warning("jobs: %s %s failed: %s", claimed.kind, claimed.job_id, claimed.last_error)
-                await self._failed_hook(claimed)
-                self.queue._finished(claimed.job_id)
-                continue
-            self._start(claimed)
-            free -= 1
+            free -= await self._try(what)
+        if free <= 0:
+            return
+        for job_id, owner in self.queue.fresh_jobs():
+            if free <= 0 or self._stopping:
+                return
+            if self.turns.admits(owner):
+                free -= await self._try(job_id)
+        # A few more candidates than free slots: another process may win some of them.
+        for candidate in await self.queue.due(kinds, size=free * 3 + 2):
+            if free <= 0 or self._stopping:
+                return
+            free -= await self._try(candidate)
+
+    async def _try(self, what: str | Versioned) -> bool:
+        """Claim and start one job: a fresh job of this process (its id) or a due one as the search returned
+        it. False when it is not this process's to run now (taken, its owner at its cap, not a kind here)."""
+        own = isinstance(what, str)
+        if isinstance(what, str):
+            self.queue.forget_fresh(what)
+            candidate = await self.queue.docs.get(what)
+            if candidate is None or candidate.source.get("kind") not in self._kinds:
+                return False
+        else:
+            candidate = what
+        if candidate.id in self._running or not self.turns.admits(candidate.source.get("owner_id")):
+            return False
+        claimed = await self.queue.claim(candidate, self.worker_id, self.lease_s, own=own)
+        if claimed is None:
+            return False
+        if isinstance(claimed, Job):  # its last attempt's worker died: nothing left to run
+            log.warning("jobs: %s %s failed: %s", claimed.kind, claimed.job_id, claimed.last_error)
+            await self._failed_hook(claimed)
+            self.queue._finished(claimed.job_id)
+            return False
+        self._start(claimed)
+        return True
 
     def _start(self, lease: _Lease) -> None:
         job_id = lease.job.job_id
         task = asyncio.get_running_loop().create_task(self._run(lease), name=f"job {job_id}")
         self._running[job_id] = task
+        self.turns.started(job_id, lease.job.owner_id)
 
         def done(_: asyncio.Task[None]) -> None:
             self._running.pop(job_id, None)
+            self.turns.ended(job_id)
             self._wake.set()  # a slot is free
 
         task.add_done_callback(done)

@@ -10,6 +10,7 @@ See docs/documents.md.
 from proxy.documents.errors import (
     CorruptDocument,
     DocumentError,
+    DocumentTooComplex,
     EncryptedDocument,
     ImageTooLarge,
     InvalidRange,
@@ -42,6 +43,7 @@ __all__ = [
     "CorruptDocument",
     "DocumentError",
     "DocumentKind",
+    "DocumentTooComplex",
     "EncryptedDocument",
     "Extraction",
     "ImageTooLarge",

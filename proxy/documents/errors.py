@@ -12,6 +12,7 @@ from typing import Literal
 __all__ = [
     "CorruptDocument",
     "DocumentError",
+    "DocumentTooComplex",
     "EncryptedDocument",
     "ImageTooLarge",
     "InvalidRange",
@@ -77,6 +78,11 @@ class TooManyPages(DocumentError):
     """More pages (or image frames) than ``Limits.max_pages``; refused before any page is processed."""
 
     default_stage: Stage = "PREPARING_DOCUMENT"
+
+
+class DocumentTooComplex(DocumentError):
+    """A document that asks for more work than the limits allow: too many drawings or characters, or a text
+    layer that takes too long (proxy.documents.pdfwork). Retrying would not help."""
 
 
 class ImageTooLarge(DocumentError):

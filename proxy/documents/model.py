@@ -38,6 +38,15 @@ class Limits:
     # Pages of one document OCR'd side by side (one Tesseract process each, single-threaded); rendering the
     # next page overlaps the OCR of this one.
     ocr_workers: int = 2
+    # The work of a PDF (proxy.documents.pdfwork): drawings per page through nested forms, form nesting, text
+    # characters per page and per document, and the seconds the text of one page and of the document may take
+    # to extract. pypdf interprets a drawn form in about 2.5 ms on a busy machine: 2 000 drawings, 5 s.
+    max_draws: int = 2_000
+    max_form_depth: int = 12
+    max_page_chars: int = 1_000_000
+    max_chars: int = 20_000_000
+    page_timeout_s: float = 10.0
+    text_timeout_s: float = 120.0
 
 
 @dataclass

@@ -12,6 +12,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pypdfium2 as pdfium
@@ -20,10 +21,14 @@ from pypdf import PdfReader
 from pypdf.errors import PyPdfError
 
 from proxy.documents.errors import CorruptDocument, EncryptedDocument, TooManyPages, reason
+from proxy.documents.model import Limits
+from proxy.documents.pdfwork import DrawCounts, TextBudget, check_draws
 
-__all__ = ["PDFIUM_LOCK", "Rendered", "Renderer", "open_reader", "page_texts"]
+__all__ = ["PDFIUM_LOCK", "Rendered", "Renderer", "check_work", "open_reader", "page_texts"]
 
 PDFIUM_LOCK = threading.Lock()
+# What pypdf raises on a malformed file (it has no single base class for them).
+_PYPDF_ERRORS = (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 _POINTS_PER_INCH = 72.0
 
 # pypdf logs every repaired cross-reference table as a warning; a scanner's PDF is not an operator's problem.
@@ -36,7 +41,7 @@ def open_reader(data: bytes, max_pages: int | None) -> PdfReader:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
         count = 0 if encrypted else len(reader.pages)
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+    except _PYPDF_ERRORS as exc:
         raise CorruptDocument(f"cannot parse the PDF: {reason(exc)}") from exc
     if encrypted:
         # Even with an empty user password: an owner that encrypted it did not mean it to be copied out.
@@ -48,23 +53,33 @@ def open_reader(data: bytes, max_pages: int | None) -> PdfReader:
     return reader
 
 
-def page_texts(reader: PdfReader) -> list[str]:
-    """The text layer of every page, in order."""
+def page_texts(reader: PdfReader, limits: Limits) -> list[str]:
+    """The text layer of every page, in order, within the work bounds of :mod:`proxy.documents.pdfwork`."""
+    budget = TextBudget(limits)
+    counts = DrawCounts()
     texts = []
     for index, page in enumerate(reader.pages):
         try:
-            texts.append(page.extract_text() or "")
-        except (
-            PyPdfError,
-            ValueError,
-            KeyError,
-            TypeError,
-            AttributeError,
-            IndexError,
-            RecursionError,
-        ) as exc:
+            check_draws(page, index, limits, counts)
+            budget.start(index)
+            texts.append(
+                page.extract_text(visitor_operand_before=budget.operator, visitor_text=budget.text) or ""
+            )
+            budget.check()
+        except _PYPDF_ERRORS as exc:
+            budget.check()  # a bound pypdf reported as its own failure
             raise CorruptDocument(f"cannot read the text of page {index}: {reason(exc)}") from exc
     return texts
+
+
+def check_work(reader: PdfReader, pages: Iterable[int], limits: Limits) -> None:
+    """The drawing bounds of ``pages`` (before they are rendered without their text being read)."""
+    counts = DrawCounts()
+    for index in pages:
+        try:
+            check_draws(reader.pages[index], index, limits, counts)
+        except _PYPDF_ERRORS as exc:
+            raise CorruptDocument(f"cannot read page {index}: {reason(exc)}") from exc
 
 
 class Renderer:

@@ -40,7 +40,7 @@ from proxy.documents.model import (
     PageText,
 )
 from proxy.documents.ocr import Deadline
-from proxy.documents.pdf import Renderer, open_reader, page_texts
+from proxy.documents.pdf import Renderer, check_work, open_reader, page_texts
 from proxy.documents.text import decode, html_text
 from proxy.documents.word import docx_text
 
@@ -134,7 +134,7 @@ async def _extract_pdf(data: bytes, limits: Limits, page_images: bool) -> Extrac
     reader = await asyncio.to_thread(open_reader, data, limits.max_pages)
     timings["prepare_ms"] = _ms(time.perf_counter() - started)
     started = time.perf_counter()
-    texts = await asyncio.to_thread(page_texts, reader)
+    texts = await asyncio.to_thread(page_texts, reader, limits)
     timings["text_layer_ms"] = _ms(time.perf_counter() - started)
     pages = [PageText(index=i, text=t.strip(), ocr=False) for i, t in enumerate(texts)]
     scanned = [i for i, t in enumerate(texts) if _negligible(t)]
@@ -286,11 +286,13 @@ async def ocr_document(
     detected = _detect_ocr_format(data, fmt)
     deadline = Deadline(limits.ocr_timeout_s)
     if detected == "PDF":
-        await asyncio.to_thread(open_reader, data, None)  # refuses encrypted and unparseable PDFs
+        reader = await asyncio.to_thread(open_reader, data, None)  # refuses encrypted and unparseable PDFs
         renderer = await asyncio.to_thread(Renderer, data)
         try:
             pages = _page_range(await asyncio.to_thread(len, renderer), start_page, end_page)
             _check_pages(len(pages), limits, "the range holds")
+            # What rendering would draw is bounded as the text layer's extraction is (pdfwork).
+            await asyncio.to_thread(check_work, reader, pages, limits)
 
             async def pdf_page(index: int) -> OcrDocPage:
                 begun = time.perf_counter()

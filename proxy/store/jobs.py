@@ -126,12 +126,15 @@ class JobDocs:
         )
         return int(res["_seq_no"]), int(res["_primary_term"])
 
-    async def due(self, kinds: Sequence[str], now_ms: int, size: int) -> list[Versioned]:
+    async def due(
+        self, kinds: Sequence[str], now_ms: int, size: int, *, one_per_owner: bool = False
+    ) -> list[Versioned]:
         """Jobs of ``kinds`` that may be claimed now, oldest due first: PENDING ones whose backoff is over,
-        and RUNNING ones whose lease has expired (their process died or lost the node)."""
+        and RUNNING ones whose lease has expired (their process died or lost the node). ``one_per_owner``:
+        only the oldest of each ``owner_id`` (a collapse), so that one owner's backlog cannot hide others'."""
         if not kinds:
             return []
-        body = {
+        body: dict[str, Any] = {
             "size": size,
             "seq_no_primary_term": True,
             "query": {
@@ -160,6 +163,8 @@ class JobDocs:
             },
             "sort": [{"not_before": {"order": "asc"}}, {"created_at": {"order": "asc"}}],
         }
+        if one_per_owner:
+            body["collapse"] = {"field": "owner_id"}
         try:
             return _hits(await search(self.store, self.index, body))
         except IndexMissing:

@@ -17,6 +17,7 @@ __all__ = [
     "corrupt_pdf",
     "docx_bytes",
     "encrypted_pdf",
+    "form_bomb_pdf",
     "html_page",
     "page_image",
     "scanned_pdf",
@@ -162,3 +163,57 @@ def encrypted_pdf(text: str = "Secret page", user_password: str = "") -> bytes:
 def corrupt_pdf() -> bytes:
     """A PDF header followed by garbage: no objects, no cross-reference table."""
     return b"%PDF-1.7\n" + bytes(range(256)) * 8 + b"\nthis is not a pdf\n"
+
+
+def form_bomb_pdf(levels: int, fanout: int = 12, *, cycle: bool = False) -> bytes:
+    """The "billion laughs" of PDF, written by hand (about 1-2 KB): a leaf form showing one character,
+    ``levels`` forms each drawing the one below ``fanout`` times, and a page drawing the top one ``fanout``
+    times: fanout^(levels+1) drawings of the leaf. ``cycle``: the leaf draws the top form instead (a form
+    that, through the others, draws itself)."""
+    objects: list[bytes] = []
+
+    def add(body: bytes) -> int:
+        objects.append(body)
+        return len(objects)
+
+    def form(resources: bytes, content: bytes) -> bytes:
+        return (
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 100 100] /Resources << %s >> /Length %d >>\n"
+            % (
+                resources,
+                len(content),
+            )
+            + b"stream\n%s\nendstream" % content
+        )
+
+    draws = b" ".join([b"/X Do"] * fanout)
+    font = add(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    top = 2 + levels  # the number the top form will get
+    if cycle:
+        below = add(form(b"/XObject << /X %d 0 R >>" % top, b"/X Do"))
+    else:
+        below = add(form(b"/Font << /F1 %d 0 R >>" % font, b"BT /F1 12 Tf 10 10 Td (x) Tj ET"))
+    for _ in range(levels):
+        below = add(form(b"/XObject << /X %d 0 R >>" % below, draws))
+    contents = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(draws), draws))
+    pages = len(objects) + 2
+    page = add(
+        b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 200 200] /Resources << /XObject << /X %d 0 R >> >> "
+        b"/Contents %d 0 R >>" % (pages, below, contents)
+    )
+    add(b"<< /Type /Pages /Kids [%d 0 R] /Count 1 >>" % page)
+    catalog = add(b"<< /Type /Catalog /Pages %d 0 R >>" % pages)
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        catalog,
+        xref,
+    )
+    return bytes(out)

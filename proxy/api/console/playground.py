@@ -235,7 +235,8 @@ class Playground:
             requested_size=q.k,
             requested_size_set=True,
         )
-        plan = await self.retriever.plan(principal, request)
+        async with self.retriever.slots.hold(principal.user_id):
+            plan = await self.retriever.plan(principal, request)
         convention = self.settings.goodmem_vector_score
         outcome.total = len(plan.items)
         outcome.hits = [

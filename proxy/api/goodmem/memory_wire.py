@@ -23,7 +23,7 @@ from proxy.core.goodmem.content import NewMemory, read_content
 from proxy.core.goodmem.media import check_media_type
 from proxy.core.goodmem.memories import Rejected
 from proxy.core.goodmem.memory_list import SORT_FIELDS, STATUSES, DeleteItem, MemoryQuery, MemorySelector
-from proxy.core.goodmem.metadata import parse_metadata_filter
+from proxy.core.goodmem.metadata import check_filter_total, parse_metadata_filter
 from proxy.errors import BadRequest, MemproxyError
 
 __all__ = [
@@ -236,6 +236,14 @@ def _filter_text(value: Any, what: str) -> Any:
     return parse_metadata_filter(value)
 
 
+def _delete_items(raws: list[Any]) -> list[DeleteItem]:
+    # The selectors are parsed on the event loop: their text together is bounded before any is parsed.
+    selectors = [r.get("filterSelector") for r in raws if isinstance(r, Mapping)]
+    texts = [s.get("filter") for s in selectors if isinstance(s, Mapping)]
+    check_filter_total((t for t in texts if isinstance(t, str)), "this batch delete")
+    return [_delete_item(r) for r in raws]
+
+
 def _delete_item(raw: Any) -> DeleteItem:
     memory_id = raw.get("memoryId") if isinstance(raw, Mapping) else None
     selector = raw.get("filterSelector") if isinstance(raw, Mapping) else None
@@ -257,5 +265,5 @@ def _delete_item(raw: Any) -> DeleteItem:
 
 class BatchDeleteBody(WireModel):
     items: Annotated[
-        list[DeleteItem], BeforeValidator(lambda v: [_delete_item(r) for r in _non_empty_list(v, "requests")])
+        list[DeleteItem], BeforeValidator(lambda v: _delete_items(_non_empty_list(v, "requests")))
     ] = wire_field("requests")

@@ -156,6 +156,11 @@ async def _retrieve(request: web.Request, parse: Parser) -> web.StreamResponse:
             ) from None
 
     async def run() -> web.StreamResponse:
+        # One caller's retrieves beyond its share wait briefly, then get a 429 (proxy.core.slots).
+        async with retrieval.slots.hold((await principal(request)).user_id):
+            return await run_held()
+
+    async def run_held() -> web.StreamResponse:
         plan = await prepare()
         spaces = {item.memory_id: item.space_id for item in plan.items}
 

@@ -32,6 +32,7 @@ from proxy.core.goodmem.retrieve.request import (
     HnswOptions,
     RetrieveRequest,
     SpaceKey,
+    check_space_count,
 )
 from proxy.errors import BadRequest
 
@@ -116,6 +117,7 @@ class _SpaceKeyWire(_Wire):
 def _space_keys(value: Any) -> tuple[SpaceKey, ...]:
     if not isinstance(value, list) or not value:
         raise BadRequest("spaceKeys is required and must list at least one space")
+    check_space_count(len(value), "spaceKeys")
     keys = []
     for i, entry in enumerate(value):
         where = f"spaceKeys[{i}]"

@@ -22,6 +22,7 @@ from proxy.core.goodmem.retrieve.request import (
     ChatConfig,
     RetrieveRequest,
     SpaceKey,
+    check_space_count,
 )
 from proxy.errors import BadRequest
 from proxy.ids import is_uuid
@@ -206,6 +207,7 @@ def _query_space_ids(query: MultiMapping[str]) -> list[str]:
     ids = [part.strip() for value in raw for part in value.split(",") if part.strip()]
     if not ids:
         raise BadRequest("spaceIds is required and must list at least one space")
+    check_space_count(len(ids), "spaceIds")
     return ids
 
 

@@ -36,13 +36,19 @@ async def goodmem_ctx(app: web.Application) -> AsyncIterator[None]:
             max_pages=settings.document_max_pages,
             ocr_timeout_s=settings.ocr_timeout_s,
             page_image_dpi=settings.page_image_dpi,
+            max_draws=settings.document_max_draws,
+            max_form_depth=settings.document_max_form_depth,
+            max_page_chars=settings.document_max_page_chars,
+            max_chars=settings.document_max_chars,
+            page_timeout_s=settings.document_page_timeout_s,
+            text_timeout_s=settings.document_text_timeout_s,
         ),
         sync_max_chars=settings.sync_max_chars,
     )
     gm = GoodMem.create(app[SERVICES], app[IDENTITY], jobs=app[JOBS].queue, documents=documents)
     register_documents(app[JOBS], gm)  # documents and long texts are processed as durable jobs
     app[GOODMEM] = gm
-    app[RETRIEVER] = Retriever(gm)
+    app[RETRIEVER] = Retriever(gm, max_per_caller=settings.retrieve_max_per_caller)
     yield
 
 

@@ -89,7 +89,17 @@ def page_images_wanted(content_type: str, content: bytes, hint: bool | None) -> 
     return mime in ("application/pdf", "application/octet-stream") or mime.startswith("image/")
 
 
-_JOB_LIMITS = ("max_pages", "ocr_timeout_s", "page_image_dpi")
+_JOB_LIMITS = (
+    "max_pages",
+    "ocr_timeout_s",
+    "page_image_dpi",
+    "max_draws",
+    "max_form_depth",
+    "max_page_chars",
+    "max_chars",
+    "page_timeout_s",
+    "text_timeout_s",
+)
 
 
 def limits_json(limits: Limits) -> dict[str, Any]:

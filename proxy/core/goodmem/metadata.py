@@ -7,7 +7,10 @@ from typing import Any
 
 from proxy import filters
 
-__all__ = ["compile_metadata_filter", "index_metadata", "parse_metadata_filter"]
+__all__ = ["check_filter_total", "compile_metadata_filter", "index_metadata", "parse_metadata_filter"]
+
+# The bound on the filter text of one request (a retrieve's spaceKeys, a batch delete's selectors).
+check_filter_total = filters.check_filter_total
 
 
 def parse_metadata_filter(text: str | None) -> Any | None:

@@ -12,6 +12,7 @@ a query vector, a k-NN search, memory records) are its public methods, so a test
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from proxy.core.identity import Principal, authorize_space
 from proxy.core.models.registry import ChatModel, RerankModel
 from proxy.core.query import VectorSearch
 from proxy.core.search import semantic_search
+from proxy.core.slots import CallerSlots
 from proxy.core.tasks import gather
 from proxy.errors import BadRequest, MemproxyError
 from proxy.filters import parse_filter
@@ -44,6 +46,8 @@ from proxy.store.query_dsl import compile_filter
 __all__ = ["RetrievalPlan", "Retriever", "SpaceFailed", "SpaceSkipped", "parse_space_filter"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PER_CALLER = 8
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,22 @@ def parse_space_filter(text: str, where: str) -> Filter:
     return parsed
 
 
+def _parse_filters(keys: Sequence[SpaceKey]) -> list[Filter]:
+    """Each space's filter, every distinct text parsed once. Run on a worker thread: up to 32 KiB of
+    expressions (proxy.filters.MAX_FILTER_CHARS_PER_REQUEST) take half a second of CPU that the event loop,
+    which serves every other caller, must not spend."""
+    parsed: dict[str, Filter] = {}
+    out: list[Filter] = []
+    for i, key in enumerate(keys):
+        if not key.filter:
+            out.append(MatchAll())
+            continue
+        if key.filter not in parsed:
+            parsed[key.filter] = parse_space_filter(key.filter, f"spaceKeys[{i}].filter")
+        out.append(parsed[key.filter])
+    return out
+
+
 @dataclass(frozen=True)
 class _Field:
     """One embedder of a space as searched: its knn field, its (registry) id, its effective weight."""
@@ -118,8 +138,10 @@ def _hits_to_cosines(hits: Sequence[Hit]) -> dict[str, float]:
 class Retriever:
     """GoodMem retrieval over one application's GoodMem state; see the module docstring."""
 
-    def __init__(self, gm: GoodMem) -> None:
+    def __init__(self, gm: GoodMem, *, max_per_caller: int = DEFAULT_MAX_PER_CALLER) -> None:
         self.gm = gm
+        # A caller's retrieves in flight, planning and streaming both: the API holds one around each.
+        self.slots = CallerSlots("retrieves", max_per_caller)
 
     # --- what planning asks of the rest of memproxy ---------------------------------------------------
 
@@ -166,10 +188,7 @@ class Retriever:
     async def plan(self, principal: Principal, req: RetrieveRequest) -> RetrievalPlan:
         """Everything before the first byte (see the module docstring for the order). Raises
         :mod:`proxy.errors` kinds."""
-        filters: list[Filter] = [
-            parse_space_filter(k.filter, f"spaceKeys[{i}].filter") if k.filter else MatchAll()
-            for i, k in enumerate(req.space_keys)
-        ]
+        filters = await asyncio.to_thread(_parse_filters, req.space_keys)
         containers = await gather([self._authorized_space(principal, k) for k in req.space_keys])
         plans = [
             _SpaceSearch(key=k, container=c, filter=f, fields=self._space_fields(c, k))

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.errors import BadRequest
+from proxy.filters import check_filter_total
+
 __all__ = [
     "CHAT_POST_PROCESSOR",
     "DEFAULT_REQUESTED_SIZE",
     "ITERATIVE_SCAN_MODES",
     "MAX_MESSAGE_CHARS",
     "MAX_REQUESTED_SIZE",
+    "MAX_SPACE_KEYS",
     "ChatConfig",
     "EmbedderWeight",
     "HnswOptions",
     "RetrieveRequest",
     "SpaceKey",
+    "check_space_count",
     "query_text",
 ]
 
@@ -22,6 +27,9 @@ DEFAULT_REQUESTED_SIZE = 20
 # OpenSearch's k-NN answers at most index.max_result_window (10 000) hits per search.
 MAX_REQUESTED_SIZE = 10_000
 MAX_MESSAGE_CHARS = 10_000
+# One retrieve fans out into a space lookup, two permission checks and a k-NN search per space: GoodMem
+# documents no maximum, so memproxy names one (a caller with more spaces sends several retrieves).
+MAX_SPACE_KEYS = 50
 CHAT_POST_PROCESSOR = "com.goodmem.retrieval.postprocess.ChatPostProcessorFactory"
 ITERATIVE_SCAN_MODES = frozenset(
     {
@@ -84,6 +92,32 @@ class RetrieveRequest:
     output_budget_tokens: int | None = None
     # Whether the caller gave a positive requestedSize (the post-processor's max_results defaults to it).
     requested_size_set: bool = False
+
+    def __post_init__(self) -> None:
+        """The bounds on what one request may fan out into (docs/security.md): every way of building a
+        request (the POST body, the GET query, the console's playground) passes through here."""
+        check_space_count(len(self.space_keys), "spaceKeys")
+        first: dict[str, int] = {}
+        for i, key in enumerate(self.space_keys):
+            if key.space_id in first:
+                # Searching a space twice would rank its chunks twice; what two filters on one space should
+                # mean (either? both?) is not GoodMem's to guess either: one entry per space.
+                raise BadRequest(
+                    f"spaceKeys names space {key.space_id} twice (spaceKeys[{first[key.space_id]}] and "
+                    f"spaceKeys[{i}]): list each space once"
+                )
+            first[key.space_id] = i
+        # Parsed on a worker thread (plan.py), but a second of CPU is still a second of CPU.
+        check_filter_total((key.filter for key in self.space_keys), "this retrieve")
+
+
+def check_space_count(count: int, what: str) -> None:
+    """400 for more than MAX_SPACE_KEYS spaces; the wire parsers call it before reading the entries."""
+    if count > MAX_SPACE_KEYS:
+        raise BadRequest(
+            f"{what} lists {count} spaces, more than the {MAX_SPACE_KEYS} one retrieve may search "
+            "(max_space_keys)"
+        )
 
 
 def query_text(req: RetrieveRequest) -> str:
