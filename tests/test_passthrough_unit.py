@@ -38,6 +38,9 @@ def test_segments_decode_one_by_one_and_encode_back() -> None:
         ("POST", "/m/_clone/n", "{index}/_clone/{new}"),
         ("GET", "/_all/_search", "{index}/_search"),
         ("PUT", "/_bulk", "_bulk"),
+        ("GET", "/_plugins/_security/authinfo", "_plugins/_security/{**}"),
+        ("GET", "/_plugins/_knn/stats", "_plugins/_knn/stats"),
+        ("GET", "/_plugins/_knn/warmup/m", "_plugins/_knn/warmup/{index}"),
     ],
 )
 def test_the_allowlist_routes_like_the_node(method: str, path: str, pattern: str) -> None:
@@ -47,6 +50,8 @@ def test_the_allowlist_routes_like_the_node(method: str, path: str, pattern: str
 
 def test_unknown_and_refused_endpoints() -> None:
     assert match("GET", canonical_segments("/_made_up")) is None
+    assert match("GET", canonical_segments("/_plugins/_securityx/authinfo")) is None
+    assert match("POST", canonical_segments("/_plugins/_knn/models/_train")) is None
     assert match("PATCH", canonical_segments("/m/_doc/1")) is None
     for method, path in [
         ("GET", "/_search"),

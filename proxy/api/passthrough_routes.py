@@ -264,6 +264,16 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _ep(_ALL, "/_plugins/_ml/memory_containers/{**}", refused="memproxy serves the memory containers"),
     _ep(_ALL, "/_plugins/_ml/memory/{**}", refused="memproxy serves the memory containers"),
     _ep(_ALL, "/_plugins/_ml/{**}"),
+    # The security plugin's own API acts on its own index, never on memproxy's: forwarded with the caller's
+    # own credentials (a GoodMem caller's go nowhere), the cluster decides (authinfo, roles, users).
+    _ep(_ALL, "/_plugins/_security/{**}"),
+    _ep(_ALL, "/_opendistro/_security/{**}"),
+    # k-NN's statistics, and the warm-up of named indices.
+    _ep(_R, "/_plugins/_knn/stats"),
+    _ep(_R, "/_plugins/_knn/stats/{*}"),
+    _ep(_R, "/_plugins/_knn/{*}/stats"),
+    _ep(_R, "/_plugins/_knn/{*}/stats/{*}"),
+    _ep(_R, "/_plugins/_knn/warmup/{index}"),
     # Known, and not forwarded.
     *(
         _ep(_ALL, f"{prefix}/{{**}}", refused=_UNCHECKABLE)
