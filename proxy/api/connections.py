@@ -71,15 +71,16 @@ class ConnectionGuard:
         limits.open[self.address] = limits.open.get(self.address, 0) + 1
         self._arm()
 
-    def received(self, new_payload: Any | None) -> None:
+    def received(self, new_payload: Any | None, *, in_body: bool = False) -> None:
         """After aiohttp parsed a read: ``new_payload`` is the body of a request whose head it completed
-        (aiohttp's StreamReader; an empty one when there is no body), None when no head was completed."""
+        (aiohttp's StreamReader; an empty one when there is no body), None when no head was completed;
+        ``in_body``: the bytes arrived while a body was being read (so they were that body's)."""
         now = self.loop.time()
         self.last_read = now
         if new_payload is not None:
             self.head_since = None
             self.payload = new_payload
-        elif not self._reading_body() and self.head_since is None:
+        elif not in_body and not self.reading_body() and self.head_since is None:
             self.head_since = now  # the first bytes of the next request's head
 
     def lost(self) -> None:
@@ -95,7 +96,7 @@ class ConnectionGuard:
             else:
                 self.limits.open.pop(self.address, None)
 
-    def _reading_body(self) -> bool:
+    def reading_body(self) -> bool:
         return self.payload is not None and not self.payload.is_eof()
 
     def _arm(self) -> None:
@@ -109,7 +110,7 @@ class ConnectionGuard:
             self._close(f"sent no complete request head within {self.limits.header_timeout_s:g} s")
             return
         paused = bool(getattr(self.protocol, "_reading_paused", False))
-        if self._reading_body() and not paused and now - self.last_read > self.limits.body_timeout_s:
+        if self.reading_body() and not paused and now - self.last_read > self.limits.body_timeout_s:
             self._close(f"paused its request body for more than {self.limits.body_timeout_s:g} s")
             return
         if paused:

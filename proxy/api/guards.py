@@ -151,11 +151,16 @@ class QuietRequestHandler(web.RequestHandler):
                 self.force_close()
 
     def data_received(self, data: bytes) -> None:
+        if self._guard is None or not data:  # aiohttp feeds b"" itself when it resumes reading
+            super().data_received(data)
+            return
         requests = self._request_count
+        # Bytes that arrive while a body is being read are that body's, even the last ones: they do not
+        # begin the next request's head (whose deadline would then cut a busy handler off).
+        in_body = self._guard.reading_body()
         super().data_received(data)
-        if self._guard is not None:
-            completed = self._request_count > requests and self._messages
-            self._guard.received(self._messages[-1][1] if completed else None)
+        completed = self._request_count > requests and self._messages
+        self._guard.received(self._messages[-1][1] if completed else None, in_body=in_body)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._guard is not None:
