@@ -298,3 +298,9 @@ def test_any_json_is_accepted_or_refused_never_an_exception(body: dict[str, Any]
         refuse_lookups(body)
     except DslRefused as refused:
         assert refused.status == 400
+
+
+def test_a_null_top_level_key_is_absent_as_the_node_reads_it() -> None:
+    check_search_body({"query": None, "size": 3, "aggs": None}, allow_scripts=False)
+    with pytest.raises(DslRefused):
+        check_search_body({"query": None, "aggs": {"g": {"global": {}}}}, allow_scripts=False)

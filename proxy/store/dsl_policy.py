@@ -219,8 +219,11 @@ def _object(node: Any, at: Path) -> Mapping[str, Any]:
 
 
 def check_search_body(body: Mapping[str, Any], *, allow_scripts: bool) -> None:
-    """Raise :class:`DslRefused` unless every key of the ``_search`` body is on the allowlist."""
-    _Checker(allow_scripts).run(body, SEARCH_BODY, None)
+    """Raise :class:`DslRefused` unless every key of the ``_search`` body is on the allowlist. A key whose
+    value is ``null`` is read by the node as absent (``"query": null`` searches everything in scope), so
+    it is not checked."""
+    given = {key: value for key, value in body.items() if value is not None}
+    _Checker(allow_scripts).run(given, SEARCH_BODY, None)
 
 
 def check_query(query: Mapping[str, Any], *, allow_scripts: bool, path: str = "query") -> None:
