@@ -463,7 +463,7 @@ async def test_sweep_rolls_back_only_abandoned_writes(gm: GoodMem, node: FakeNod
         ({"query": {"term": {"scripture": "x"}}, "sort": ["script_name"]}, None),
     ],
 )  # fmt: skip
-def test_find_script(dsl: dict[str, Any], path: str | None) -> None:
+def test_the_allowlist_refuses_scripts_wherever_they_are(dsl: dict[str, Any], path: str | None) -> None:
     """The allowlist refuses a script wherever it is (naming its path), and only scripts: a field or a
     sort named like one is no script."""
     if path is None:
@@ -475,7 +475,7 @@ def test_find_script(dsl: dict[str, Any], path: str | None) -> None:
     check_search_body(dsl, allow_scripts=True)
 
 
-def test_find_script_survives_deep_nesting() -> None:
+def test_the_allowlist_survives_deep_nesting() -> None:
     deep: dict[str, Any] = {"script": {"script": "1"}}
     for _ in range(50_000):
         deep = {"bool": {"must": [deep]}}
