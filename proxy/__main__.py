@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from proxy.cli import COMMANDS, run
+from proxy.cli import COMMANDS, HELP_FLAGS, overview, run
 
 __all__ = ["main"]
 
@@ -18,6 +18,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # ``memproxy ingest ...`` and the other client commands (proxy.cli); anything else runs the server, as
     # ``memproxy [flags]`` always has, and ``memproxy serve [flags]`` says so explicitly.
+    if args[:1] and args[0] in HELP_FLAGS:
+        print(overview())
+        sys.exit(0)
     if args and args[0] in COMMANDS:
         sys.exit(run(args))
     _serve(args[1:] if args[:1] == ["serve"] else args)

@@ -149,10 +149,14 @@ def test_every_command_explains_itself() -> None:
         assert "exit codes" in done.stdout
     usage = _cli("ingest", url="http://127.0.0.1:1", key=None)
     assert usage.returncode == 2 and "PATH" in usage.stderr
-    # Anything else is the server's command line, as before the CLI existed (``serve`` may say so).
-    for server in (["serve", "--help"], ["--help"]):
-        done = _cli(*server, url="http://127.0.0.1:1", key=None)
-        assert done.returncode == 0 and "--opensearch-url" in done.stdout
+    # ``memproxy --help`` names the server and every command with its one line, not the server's flags;
+    # those are ``memproxy serve --help``, and anything else is still the server's command line.
+    top = _cli("--help", url="http://127.0.0.1:1", key=None)
+    listed = {line.split()[0] for line in top.stdout.splitlines() if line.startswith("  ") and line.split()}
+    assert top.returncode == 0 and {"serve", *COMMANDS} <= listed, top.stdout
+    assert "--opensearch-url" not in top.stdout
+    done = _cli("serve", "--help", url="http://127.0.0.1:1", key=None)
+    assert done.returncode == 0 and "--opensearch-url" in done.stdout
 
 
 def test_cannot_connect_is_exit_3() -> None:

@@ -20,15 +20,39 @@ import proxy.cli.inspect as inspect
 import proxy.cli.search as search
 from proxy.cli.client import DEFAULT_URL, Api, CliError, env_default
 
-__all__ = ["COMMANDS", "run"]
+__all__ = ["COMMANDS", "HELP_FLAGS", "overview", "run"]
 
 _MODULES = {"ingest": ingest, "search": search, "inspect": inspect, "export": export, "import": importer}
 COMMANDS = frozenset(_MODULES)
 
-_EPILOG = """exit codes: 0 ok; 1 some items failed or the API refused the request; 2 usage error;
-3 cannot connect to memproxy, or the API key was refused.
+_EXIT_CODES = """exit codes: 0 ok; 1 some items failed or the API refused the request; 2 usage error;
+3 cannot connect to memproxy, or the API key was refused."""
+_EPILOG = (
+    _EXIT_CODES + "\n\nmemproxy serve [server flags] (or memproxy [server flags]) runs the server itself."
+)
 
-memproxy serve [server flags] (or memproxy [server flags]) runs the server itself."""
+
+# ``memproxy --help`` (and ``-h``, ``help``) as the first word: the commands; any later ``--help`` belongs to
+# the command or, for the server, lists its flags.
+HELP_FLAGS = frozenset({"-h", "--help", "help"})
+
+
+def overview() -> str:
+    """What ``memproxy --help`` prints: every command with its one line, the server first."""
+    lines = [
+        "usage: memproxy [serve] [server flags]",
+        "       memproxy COMMAND [--help] ...",
+        "",
+        "commands:",
+        f"  {'serve':<8}  run the memproxy server (the default: a bare 'memproxy [flags]' serves too);",
+        f"  {'':<8}  'memproxy serve --help' lists its flags",
+    ]
+    # The client commands' one-liners are the ``help`` each module gave its subparser (argparse keeps them
+    # on the subparsers action), so this list cannot drift from the commands themselves.
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    lines += [f"  {choice.dest:<8}  {choice.help}" for choice in sub._choices_actions]
+    lines += ["", "'memproxy COMMAND --help' explains one command, with examples.", "", _EXIT_CODES]
+    return "\n".join(lines)
 
 
 def _common() -> argparse.ArgumentParser:
