@@ -39,6 +39,7 @@ from proxy.errors import (
     Unavailable,
 )
 from proxy.observability import current_request_id
+from proxy.store.templates import MemoryLayout
 
 __all__ = [
     "CallObserver",
@@ -217,6 +218,8 @@ class Store:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        # The layout of the memory indices this store creates (docs/data-model.md, "Index layout").
+        self.memory_layout = MemoryLayout(shards=settings.memory_shards, replicas=settings.memory_replicas)
         auth = None
         if settings.opensearch_username:
             auth = (settings.opensearch_username, settings.opensearch_password or "")

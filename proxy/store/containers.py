@@ -17,7 +17,7 @@ from proxy.store.memories import delete_by_query_deadline, search
 from proxy.store.query import Filter
 from proxy.store.query_dsl import compile_filter, container_term
 from proxy.store.search import ml_search
-from proxy.store.templates import render_index_body
+from proxy.store.templates import MemoryLayout, render_index_body
 
 __all__ = [
     "CONTAINER_INDEX",
@@ -103,12 +103,14 @@ def render_memory_index(
     vector_fields: Sequence[Mapping[str, Any]] = (),
     meta: Mapping[str, Any] | None = None,
     metadata_mapping: Mapping[str, Any] | None = None,
+    layout: MemoryLayout | None = None,
 ) -> dict[str, Any]:
     body = render_index_body(
         _TEMPLATE_OF[memory_type],
         vector_fields=vector_fields,
         index_settings=index_settings,
         metadata_mapping=metadata_mapping if memory_type == "long-term" else None,
+        layout=layout,
     )
     if meta:
         body.setdefault("mappings", {}).setdefault("_meta", {}).update(meta)
