@@ -153,7 +153,7 @@ def test_every_command_explains_itself() -> None:
     # those are ``memproxy serve --help``, and anything else is still the server's command line.
     top = _cli("--help", url="http://127.0.0.1:1", key=None)
     listed = {line.split()[0] for line in top.stdout.splitlines() if line.startswith("  ") and line.split()}
-    assert top.returncode == 0 and {"serve", *COMMANDS} <= listed, top.stdout
+    assert top.returncode == 0 and {"serve", "migrate-layout", *COMMANDS} <= listed, top.stdout
     assert "--opensearch-url" not in top.stdout
     done = _cli("serve", "--help", url="http://127.0.0.1:1", key=None)
     assert done.returncode == 0 and "--opensearch-url" in done.stdout
