@@ -47,7 +47,7 @@ def overview() -> str:
         f"  {'serve':<8}  run the memproxy server (the default: a bare 'memproxy [flags]' serves too);",
         f"  {'':<8}  'memproxy serve --help' lists its flags",
         "  migrate-layout",
-        f"  {'':<8}  move memory indices into the routed layout (docs/data-model.md), with the server's flags",
+        f"  {'':<8}  move memory indices into the routed layout (docs/data-model.md); server flags",
     ]
     # The client commands' one-liners are the ``help`` each module gave its subparser (argparse keeps them
     # on the subparsers action), so this list cannot drift from the commands themselves.
