@@ -180,8 +180,10 @@ async def _job_workers_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
     # A stopping process answers the request in hand and says "Connection: close": the client opens its next
     # connection to a process that stays, instead of finding this one gone (proxy.serve.worker).
+    # aiohttp has written the Connection header into the response's headers before this hook runs.
     if request.app[DRAINING].is_set():
         response.force_close()
+        response.headers["Connection"] = "close"
 
 
 def make_app(settings: Settings) -> web.Application:
