@@ -78,8 +78,9 @@ def cluster(opensearch_url: str, fake_llm: FakeLLM) -> Iterator[Cluster]:
     workers = ProxyProcess(opensearch_url, flags, workers=2, wait=False)
     single = ProxyProcess(opensearch_url, flags, wait=False)
     try:
-        workers.wait_ready()
-        single.wait_ready()
+        # Bounded generously: three model loads at once on two shared cores.
+        workers.wait_ready(timeout=400)
+        single.wait_ready(timeout=400)
         key = root_api_key(workers.url, opensearch_url)
         headers = {"x-api-key": key}
         space = requests.post(
@@ -287,7 +288,7 @@ class Load:
         assert any("retrievedItem" in e for e in events), events
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_a_rolling_restart_under_load_fails_no_request(cluster: Cluster) -> None:
     sup = cluster.workers
     before = sup.worker_pids()
