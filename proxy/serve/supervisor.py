@@ -7,8 +7,8 @@ worker is a fresh interpreter (spawned, not forked after torch was imported) and
 supervisor itself imports nothing of the server: it starts, watches and stops processes.
 
 * A worker that dies is started again at once; one that dies before it is ready, after a backoff (1, 2, 4 …
-  30 s). When none of the first workers ever becomes ready (a model that does not load, say), the
-  supervisor stops them and exits 1.
+  30 s). A worker that dies before any worker was ever ready (a model that does not load, say) makes the
+  supervisor stop the others and exit 1.
 * SIGTERM / SIGINT: every worker stops gracefully; the supervisor waits for them (``--shutdown-timeout-s``
   and a margin, then SIGKILL), closes the socket and exits 0.
 * SIGHUP: a **rolling restart**. For each worker running when the signal came, one at a time: a new worker
