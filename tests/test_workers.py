@@ -402,3 +402,15 @@ def test_sigterm_finishes_the_stream_hands_the_job_back_and_exits_0(cluster: Clu
     assert f":{single.proc.pid}:" not in str(done["history"][-1]["worker"])
     log = single.log()
     assert "stopping" in log and "Traceback" not in log
+
+
+def test_the_workers_and_shutdown_flags_are_validated() -> None:
+    from proxy.config import parse_settings
+
+    settings = parse_settings(["--workers", "3", "--shutdown-timeout-s", "5"], environ={})
+    assert (settings.workers, settings.shutdown_timeout_s) == (3, 5.0)
+    assert parse_settings([], environ={"MEMPROXY_WORKERS": "2"}).workers == 2
+    assert parse_settings([], environ={}).workers == 1  # one process, no supervisor, unless asked
+    for argv in (["--workers", "0"], ["--shutdown-timeout-s", "0"]):
+        with pytest.raises(SystemExit):
+            parse_settings(argv, environ={})
