@@ -6,6 +6,7 @@ routes are mounted API by API, and the pass-through catch-all comes last so memp
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -27,7 +28,7 @@ from proxy.api.opensearch_memory.model_schema import MODEL_API
 from proxy.api.opensearch_memory.schema import MEMORY_API
 from proxy.api.passthrough import passthrough
 from proxy.api.request_ids import echo_request_id, request_id_middleware
-from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, METRICS, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import DRAINING, EMBEDDERS, IDENTITY, JOBS, METRICS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
 from proxy.core.cache import Caches
 from proxy.core.identity import Identity
@@ -176,6 +177,15 @@ async def _job_workers_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[JOBS].close()
 
 
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    # A stopping process answers the request in hand and says "Connection: close": the client opens its next
+    # connection to a process that stays, instead of finding this one gone (proxy.serve.worker).
+    # aiohttp has written the Connection header into the response's headers before this hook runs.
+    if request.app[DRAINING].is_set():
+        response.force_close()
+        response.headers["Connection"] = "close"
+
+
 def make_app(settings: Settings) -> web.Application:
     # The request id and the metrics wrap everything, so every answer (a rendered error included) carries
     # the id and is counted with the status the caller got; the error middleware comes next, so every
@@ -193,6 +203,8 @@ def make_app(settings: Settings) -> web.Application:
         client_max_size=settings.max_body_bytes,
     )
     app.on_response_prepare.append(echo_request_id)
+    app.on_response_prepare.append(_close_when_draining)
+    app[DRAINING] = asyncio.Event()
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app[STARTED_AT] = time.monotonic()

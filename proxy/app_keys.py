@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from proxy.config import Settings
@@ -13,6 +15,7 @@ from proxy.embedding import EmbedderRegistry
 from proxy.store.client import Store
 
 __all__ = [
+    "DRAINING",
     "EMBEDDERS",
     "IDENTITY",
     "JOBS",
@@ -39,6 +42,9 @@ JOBS = web.AppKey("jobs", JobRunner)
 # This application's Prometheus registry and metrics (proxy.core.metrics; set in make_app, so the metrics
 # middleware counts every request, and wired to the store, embedders, caches and jobs once they are up).
 METRICS = web.AppKey("metrics", Metrics)
+# Set once this process is stopping (proxy.serve): health answers 503 so a load balancer sends no more, and
+# every response closes its connection, so the client's next request reaches another process.
+DRAINING = web.AppKey("draining", asyncio.Event)
 # The id of one request (accepted from X-Request-Id or made), set by the request-id middleware; echoed on the
 # response, sent to OpenSearch as X-Opaque-Id and written on log lines (proxy.observability).
 REQUEST_ID = web.RequestKey("request_id", str)

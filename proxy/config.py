@@ -136,6 +136,11 @@ class Settings:
     # survives the loss of a node (a single node then reports yellow, which memproxy treats as healthy).
     memory_shards: int = 1
     memory_replicas: int = 1
+    # Processes serving the port (docs/operations.md): 1 is one process, as memproxy always ran; more
+    # starts a supervisor that binds the port once and runs that many workers on it. A process asked to
+    # stop finishes what it is doing for at most shutdown_timeout_s (in-flight requests and streams).
+    workers: int = 1
+    shutdown_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
@@ -279,6 +284,13 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         "MEMPROXY_SYNC_MAX_CHARS",
         int,
         "longest text memory processed within its create request (longer: a background job)",
+    ),
+    ("workers", "MEMPROXY_WORKERS", int, "processes serving the port (more than 1: a supervisor runs them)"),
+    (
+        "shutdown-timeout-s",
+        "MEMPROXY_SHUTDOWN_TIMEOUT_S",
+        float,
+        "seconds a stopping process lets in-flight requests and streams finish",
     ),
     (
         "memory-shards",
@@ -455,6 +467,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     for name in ("header_timeout_s", "body_timeout_s", "document_page_timeout_s", "document_text_timeout_s"):
         if values.get(name, 1.0) <= 0:
             raise SystemExit(f"memproxy: --{name.replace('_', '-')} must be positive")
+    if values.get("workers", 1) < 1:
+        raise SystemExit("memproxy: --workers must be 1 or more")
+    if values.get("shutdown_timeout_s", 1.0) <= 0:
+        raise SystemExit("memproxy: --shutdown-timeout-s must be positive")
     if values.get("jobs_max_per_owner", 0) < 0:
         raise SystemExit("memproxy: --jobs-max-per-owner must be 0 (auto) or more")
     if values.get("jobs_workers", 0) < 0:

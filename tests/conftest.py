@@ -32,6 +32,7 @@ Every test that needs a node (it uses ``opensearch_url``, ``reference_url``, ``m
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -113,7 +114,11 @@ def opensearch_url() -> Iterator[str]:
 
 
 class ProxyProcess:
-    """The real memproxy, started as ``python -m proxy`` on a free port (``source``: another checkout's)."""
+    """The real memproxy, started as ``python -m proxy`` on a free port (``source``: another checkout's).
+
+    ``workers`` > 1 runs ``--workers N`` (a supervisor and its workers: proxy/serve/); it is up once every
+    worker serves. ``wait=False`` returns at once (``wait_ready()`` then), so that processes start together.
+    """
 
     def __init__(
         self,
@@ -121,12 +126,17 @@ class ProxyProcess:
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         source: Path = REPO,
+        *,
+        workers: int = 1,
+        wait: bool = True,
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.workers = workers
         self.log_path = REPO / ".cache" / f"proxy-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "proxy", "--opensearch-url", opensearch_url, "--port", str(self.port)]
+        cmd += ["--workers", str(workers)] if workers > 1 else []
         cmd += extra_args or []
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
@@ -140,8 +150,14 @@ class ProxyProcess:
             # (tests/adversarial/test_outbound.py overrides it to check the default).
             env={**os.environ, "MEMPROXY_ALLOW_PRIVATE_MODEL_ENDPOINTS": "loopback", **(env or {})},
         )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 180) -> None:
         try:
-            _wait_http(self.url + "/_memproxy/health", timeout=180)
+            _wait_http(self.url + "/_memproxy/health", timeout=timeout)
+            if self.workers > 1:
+                self.wait_log(f"({self.workers} workers)", timeout=timeout)
         except RuntimeError:
             self.stop()
             raise RuntimeError(f"proxy did not start; log:\n{self.log_path.read_text()[-4000:]}") from None
@@ -149,11 +165,31 @@ class ProxyProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def wait_log(self, text: str, timeout: float = 180, *, count: int = 1) -> None:
+        """Until the log holds ``text`` ``count`` times (RuntimeError after ``timeout``, or if it exits)."""
+        deadline = time.monotonic() + timeout
+        while self.log().count(text) < count:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"no {text!r} (x{count}) in the proxy's log within {timeout}s")
+            time.sleep(0.2)
+
+    def worker_pids(self) -> list[int]:
+        """Under ``--workers``: the pids of the workers that are ready and not stopping, as the supervisor
+        logged them (proxy/serve/supervisor.py)."""
+        ready: list[int] = []
+        for match in re.finditer(r"worker #\d+ \(pid (\d+)\) (ready|stopped|died|stopping)", self.log()):
+            pid = int(match.group(1))
+            if match.group(2) == "ready":
+                ready.append(pid)
+            elif pid in ready:
+                ready.remove(pid)
+        return ready
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=20 if self.workers == 1 else 60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self._log.close()

@@ -3,7 +3,8 @@
 Layers, top to bottom; a module imports only from its own layer or the ones below it, and the packages
 named together in one layer do not import each other:
 
-    proxy.__main__, then proxy.app          the process, the aiohttp application
+    proxy.__main__, then proxy.serve, then proxy.app   the process (a supervisor and its workers, or one
+                                            process: proxy.serve), the aiohttp application
     proxy.api.* (one slice per API)         and proxy.api's shared modules: errors, pass-through, health;
                                             proxy.api.admin (container export / import) is a slice too
     proxy.app_keys                          the typed state on the application
@@ -32,6 +33,7 @@ PROXY = Path(__file__).resolve().parent.parent / "proxy"
 # Each layer: packages that are independent of each other.
 LAYERS: list[tuple[str, ...]] = [
     ("proxy.__main__",),
+    ("proxy.serve",),
     ("proxy.app",),
     (
         "proxy.api.goodmem",

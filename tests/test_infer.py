@@ -7,10 +7,8 @@ read the outcome without sleeping; the kill test instead watches the job documen
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -23,6 +21,7 @@ import pytest
 
 from tests.conftest import ProxyProcess, llm_flags
 from tests.support.fake_llm import FakeLLM
+from tests.support.gated_llm import GatedLLM
 
 pytestmark = pytest.mark.node
 
@@ -212,48 +211,6 @@ def test_an_unreachable_llm_fails_the_job_after_its_retries(opensearch_url: str)
 
 
 # --- a process killed mid-job ----------------------------------------------------------------------------
-
-
-class GatedLLM:
-    """A chat server that holds its first request until released, then relays every request to the
-    deterministic LLM: the first proxy dies while it waits on this, the second gets real answers."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.first_request = threading.Event()
-        self.release = threading.Event()
-        self.calls = 0
-        gate = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                gate.calls += 1
-                if gate.calls == 1:
-                    gate.first_request.set()
-                    gate.release.wait(60)
-                    return  # the caller is gone by now
-                req = urllib.request.Request(
-                    gate.target + self.path, data=body, headers={"Content-Type": "application/json"}
-                )
-                with urllib.request.urlopen(req, timeout=30) as resp:
-                    answer = resp.read()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
 
 
 @pytest.fixture

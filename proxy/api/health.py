@@ -2,16 +2,20 @@
 
 The route is public (load balancers, probes), so what it shows anonymously is counts and configuration,
 never tenant data: the last failed jobs (their memory ids, their error texts) are shown to an administrator
-only (or to anyone under ``--auth none``, where everyone may read everything anyway)."""
+only (or to anyone under ``--auth none``, where everyone may read everything anyway).
+
+A process that is stopping (SIGTERM; docs/operations.md) answers ``503`` with ``"status": "draining"``: it
+still finishes what it holds, but a load balancer's readiness probe takes it out of rotation."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from aiohttp import web
 
 from proxy import __version__
-from proxy.app_keys import EMBEDDERS, JOBS, PRINCIPAL, SERVICES, SETTINGS, STARTED_AT, STORE
+from proxy.app_keys import DRAINING, EMBEDDERS, JOBS, PRINCIPAL, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.errors import MemproxyError
 
 __all__ = ["routes"]
@@ -44,11 +48,14 @@ async def health(request: web.Request) -> web.Response:
         failures = jobs.pop("recent_failures", None)
         if isinstance(failures, list):
             jobs["recent_failures_count"] = len(failures)
+    draining = app[DRAINING].is_set()
     body = {
-        "status": status,
+        "status": "draining" if draining else status,
         "proxy": {
             "name": "memproxy",
             "version": __version__,
+            # Which process answered (several serve one port under --workers; job leases name it too).
+            "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - app[STARTED_AT], 3),
             "embedders": [
                 {"id": i.id, "name": i.name, "dimension": i.dimension, "device": i.device, "dtype": i.dtype}
@@ -70,4 +77,4 @@ async def health(request: web.Request) -> web.Response:
         "jobs": jobs,
         "settings": app[SETTINGS].masked(),
     }
-    return web.json_response(body)
+    return web.json_response(body, status=503 if draining else 200)

@@ -95,7 +95,7 @@ class OpenSearchError(BaseModel):
 
 class Health(BaseModel):
     model_config = ConfigDict(extra="allow")
-    status: Literal["ok", "degraded"]
+    status: Literal["ok", "degraded", "draining"]
     proxy: dict[str, Any]
     cluster: dict[str, Any]
     jobs: dict[str, Any]
@@ -117,7 +117,9 @@ MEMPROXY_API = Api(
     error_statuses=(400, 503),
     operations={
         ("GET", "/_memproxy/health"): Operation(
-            "The proxy's state and the cluster's", {200: Health}, public=True
+            "The proxy's state and the cluster's (503 while this process is stopping)",
+            {200: Health, 503: Health},
+            public=True,
         ),
         ("GET", PATH): Operation("This document", {200: Document}, public=True),
         ("GET", "/metrics"): Operation(

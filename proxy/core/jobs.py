@@ -591,6 +591,7 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
         self._stopping = False
+        self._draining = False
         queue._wakeups.append(self._wake)
         queue.runs_jobs = queue.runs_jobs or workers > 0
 
@@ -608,6 +609,13 @@ class JobRunner:
     def start(self) -> None:
         if self.workers > 0 and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll(), name="jobs poller")
+
+    def drain(self) -> None:
+        """This process is stopping (proxy.serve): it claims no more jobs, and a job it enqueues from now on
+        is due to every process at once (no hand-off to this one). Jobs already running go on until
+        :meth:`close` hands back those still running."""
+        self._draining = True
+        self.queue.runs_jobs = False
 
     async def close(self) -> None:
         """Stop polling and cancel the running handlers; each job is handed back (PENDING, the attempt not
@@ -643,6 +651,7 @@ class JobRunner:
                 "workers": self.workers,
                 "kinds": sorted(self._kinds),
                 "running": self.running,
+                "draining": self._draining,
             },
         }
 
@@ -653,7 +662,7 @@ class JobRunner:
             self._wake.clear()
             await self._purge()
             free = self.workers - len(self._running)
-            if free > 0 and self._kinds:
+            if free > 0 and self._kinds and not self._draining:
                 try:
                     await self._claim(free)
                 except MemproxyError as exc:  # the node is away: try again at the next poll

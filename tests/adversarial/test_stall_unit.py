@@ -224,7 +224,7 @@ async def test_filters_are_parsed_off_the_event_loop() -> None:
             gaps.append(now - last)
             last = now
 
-    # As the server does at start-up (proxy.__main__): a full collection over the modules' objects would
+    # As the server does at start-up (proxy.serve.worker): a full collection over the modules' objects would
     # otherwise pause every thread for a few hundred ms whenever the parse's garbage triggers one.
     gc.collect()
     gc.freeze()
