@@ -9,6 +9,13 @@ itself is missing), 409 :class:`NodeConflict`, and so on. Each kind is also the 
 ``except IndexMissing`` / ``except Conflict`` and never tests a status by hand; and each keeps the node's
 status and ``error`` object, which the OpenSearch front-end relays verbatim. An unreachable node is
 :class:`proxy.errors.Unavailable`.
+
+A cluster in failover (a node gone, a cluster manager being elected, a shard without a copy) answers
+503, an overloaded one 429: those reach callers as 503 / 429 with a ``Retry-After`` header
+(:class:`NodeUnavailable`, :class:`NodeOverloaded`), and so do the transport errors a node reports with a
+500 while another node goes away (:data:`TRANSIENT_TYPES`): a caller may retry them, and never sees a 500
+for a failover. With several node URLs, a call that found its node unreachable goes to the next one when
+that is safe (:mod:`proxy.store.failover`).
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ from proxy.errors import (
     Forbidden,
     MemproxyError,
     NotFound,
+    Overloaded,
     Unauthenticated,
     Unavailable,
 )
 from proxy.observability import current_request_id
+from proxy.store.failover import DEAD_S, HostRing, may_resend, never_sent
 
 __all__ = [
     "CallObserver",
@@ -48,7 +57,9 @@ __all__ = [
     "NodeConflict",
     "NodeForbidden",
     "NodeNotFound",
+    "NodeOverloaded",
     "NodeUnauthenticated",
+    "NodeUnavailable",
     "OpenSearchError",
     "SentRequest",
     "Store",
@@ -56,6 +67,7 @@ __all__ = [
     "endpoint_of",
     "node_error",
     "opaque_id_headers",
+    "unreachable",
     "url",
 ]
 
@@ -112,6 +124,30 @@ class NodeConflict(OpenSearchError, Conflict):
     """409 from the node: a version conflict, or ``op_type=create`` on an existing id."""
 
 
+# Seconds a caller is asked to wait before retrying (``Retry-After``): a cluster manager election or a
+# replica's promotion takes a few seconds; a full queue drains faster.
+RETRY_AFTER_UNAVAILABLE_S = 2
+RETRY_AFTER_OVERLOADED_S = 1
+
+
+class NodeOverloaded(OpenSearchError, Overloaded):
+    """429 from the node: ``rejected_execution_exception`` (a full queue), a circuit breaker, a
+    flood-stage block. Retry later."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.headers = {"Retry-After": str(RETRY_AFTER_OVERLOADED_S)}
+
+
+class NodeUnavailable(OpenSearchError, Unavailable):
+    """503 from the node (no cluster manager, a shard without a live copy, a retryable cluster block, a
+    cluster-state update that timed out), or a transport error while a node goes away. Retry later."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)}
+
+
 # The one status → kind map; a few error types refine their status's kind.
 _BY_STATUS: dict[int, type[OpenSearchError]] = {
     400: NodeBadRequest,
@@ -119,7 +155,56 @@ _BY_STATUS: dict[int, type[OpenSearchError]] = {
     403: NodeForbidden,
     404: NodeNotFound,
     409: NodeConflict,
+    429: NodeOverloaded,
+    503: NodeUnavailable,
 }
+
+# Errors a node reports, with a 500 or as the cause of another error, when a node it needs has just gone
+# (or a cluster manager is not elected yet): the call may succeed when retried, once the cluster has
+# moved on. memproxy answers them 503 with Retry-After.
+TRANSIENT_TYPES = frozenset(
+    {
+        "node_disconnected_exception",
+        "node_not_connected_exception",
+        "node_closed_exception",
+        "connect_transport_exception",
+        "send_request_transport_exception",
+        "receive_timeout_transport_exception",
+        "no_node_available_exception",
+        "unavailable_shards_exception",
+        "no_shard_available_action_exception",
+        "shard_not_found_exception",
+        "primary_missing_action_exception",
+        "cluster_manager_not_discovered_exception",
+        "master_not_discovered_exception",
+        "not_cluster_manager_exception",
+        "not_master_exception",
+        "failed_to_commit_cluster_state_exception",
+        "process_cluster_event_timeout_exception",
+        "cluster_block_exception",
+    }
+)
+
+
+def _error_types(body: Any, depth: int = 0) -> Iterator[str]:
+    """The ``type`` of an error object and of every cause it names (``root_cause``, ``caused_by``, a
+    search's ``failed_shards[].reason``)."""
+    if not isinstance(body, dict) or depth > 8:
+        return
+    if isinstance(body.get("type"), str):
+        yield body["type"]
+    for cause in body.get("root_cause") or ():
+        yield from _error_types(cause, depth + 1)
+    yield from _error_types(body.get("caused_by"), depth + 1)
+    for failure in body.get("failed_shards") or ():
+        if isinstance(failure, dict):
+            yield from _error_types(failure.get("reason"), depth + 1)
+
+
+def _transient(body: Any) -> bool:
+    return any(t in TRANSIENT_TYPES for t in _error_types(body))
+
+
 _BY_TYPE: dict[tuple[int, str], type[OpenSearchError]] = {
     (400, "resource_already_exists_exception"): IndexExists,
     (404, "index_not_found_exception"): IndexMissing,
@@ -130,7 +215,14 @@ def node_error(status: int, body: Any) -> OpenSearchError:
     """The typed error for one node answer (a status and its ``error`` value)."""
     kind = body.get("type") if isinstance(body, dict) else None
     cls = _BY_TYPE.get((status, kind)) if isinstance(kind, str) else None
+    if cls is None and status >= 500 and status != 503 and _transient(body):
+        return NodeUnavailable(503, body)
     return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
+
+
+def unreachable(message: str) -> Unavailable:
+    """No node answered: 503, and the caller may retry shortly (another node, or this one restarted)."""
+    return Unavailable(message, headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)})
 
 
 _ENDPOINT = re.compile(r"^_[a-z_]{1,40}$")
@@ -176,7 +268,7 @@ def _ssl_context(settings: Settings, *, client_cert: bool = True) -> ssl.SSLCont
 def translate_error(exc: Exception) -> MemproxyError:
     """Map an opensearch-py exception to the project's tree."""
     if isinstance(exc, os_exc.ConnectionError | os_exc.ConnectionTimeout):
-        return Unavailable(f"OpenSearch is unreachable: {exc.error if hasattr(exc, 'error') else exc}")
+        return unreachable(f"OpenSearch is unreachable: {exc.error if hasattr(exc, 'error') else exc}")
     if isinstance(exc, os_exc.TransportError) and isinstance(exc.status_code, int):
         info = exc.info
         body = info.get("error", info) if isinstance(info, dict) else (info or exc.error)
@@ -220,12 +312,17 @@ class Store:
         auth = None
         if settings.opensearch_username:
             auth = (settings.opensearch_username, settings.opensearch_password or "")
+        # Every node given: opensearch-py takes them in turn and sets aside one it could not reach (for
+        # DEAD_S seconds, doubling on each failure in a row); Store.request itself decides what is sent
+        # again (max_retries=0: the client would resend anything, a timed-out or non-idempotent call too).
         self.client = AsyncOpenSearch(
-            hosts=[settings.opensearch_url],
+            hosts=list(settings.opensearch_hosts),
             http_auth=auth,
             ssl_context=_ssl_context(settings),
             timeout=settings.opensearch_timeout_s,
             max_retries=0,
+            dead_timeout=DEAD_S,
+            timeout_cutoff=4,
         )
         # The pass-through session acts for callers: it has no credentials and no client certificate of
         # memproxy's (a caller's own Authorization header is all it may carry). It must relay bytes exactly:
@@ -237,6 +334,8 @@ class Store:
             connector=aiohttp.TCPConnector(limit=256, ssl=_ssl_context(settings, client_cert=False) or True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
+        # The nodes the pass-through session (and the authinfo call) take in turn.
+        self.passthrough_hosts = HostRing(settings.opensearch_hosts)
         self.observer: CallObserver | None = None
 
     async def close(self) -> None:
@@ -253,9 +352,7 @@ class Store:
         began = time.perf_counter()
         error: str | None = None
         try:
-            return await self.client.transport.perform_request(
-                method, path, body=body, params=params, headers=opaque_id_headers() or None
-            )
+            return await self._perform(method, path, body, params)
         except asyncio.CancelledError:
             error = "cancelled"  # the caller went away: not the node's failure, but not a success either
             raise
@@ -265,6 +362,25 @@ class Store:
         finally:
             if self.observer is not None:
                 self.observer(method, endpoint_of(path), time.perf_counter() - began, error)
+
+    async def _perform(self, method: str, path: str, body: Any, params: dict[str, Any] | None) -> Any:
+        """One call, sent to the next node when its node could not be reached and sending it again is
+        safe (:mod:`proxy.store.failover`): at most once per node given."""
+        hosts = len(self.settings.opensearch_hosts)
+        for attempt in range(hosts):
+            try:
+                return await self.client.transport.perform_request(
+                    method, path, body=body, params=params, headers=opaque_id_headers() or None
+                )
+            except os_exc.ConnectionTimeout:
+                raise  # the node may still act on it: never twice, and never a second wait
+            except os_exc.ConnectionError as exc:
+                cause = exc.info if isinstance(exc.info, BaseException) else None
+                if attempt + 1 >= hosts or not (
+                    never_sent(cause) or may_resend(method, endpoint_of(path), path, params, body)
+                ):
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def cluster_health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", url("_cluster", "health"))
