@@ -13,8 +13,8 @@ status and ``error`` object, which the OpenSearch front-end relays verbatim. An 
 A cluster in failover (a node gone, a cluster manager being elected, a shard without a copy) answers
 503, an overloaded one 429: those reach callers as 503 / 429 with a ``Retry-After`` header
 (:class:`NodeUnavailable`, :class:`NodeOverloaded`), and so do the transport errors a node reports with a
-500 while another node goes away (:data:`TRANSIENT_TYPES`): a caller may retry them, and never sees a 500
-for a failover. With several node URLs, a call that found its node unreachable goes to the next one when
+500 while another node goes away (``failover.TRANSIENT_TYPES``): a caller may retry them, and never sees a
+500 for a failover. With several node URLs, a call that found its node unreachable goes to the next one when
 that is safe (:mod:`proxy.store.failover`).
 """
 
@@ -47,10 +47,13 @@ from proxy.errors import (
     Unavailable,
 )
 from proxy.observability import current_request_id
-from proxy.store.failover import DEAD_S, HostRing, may_resend, never_sent
+from proxy.store.failover import DEAD_S, HostRing, may_resend, never_sent, transient
+from proxy.store.layout import IndexLayouts
+from proxy.store.templates import MemoryLayout
 
 __all__ = [
     "CallObserver",
+    "IndexBlocked",
     "IndexExists",
     "IndexMissing",
     "NodeBadRequest",
@@ -148,6 +151,15 @@ class NodeUnavailable(OpenSearchError, Unavailable):
         self.headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)}
 
 
+class IndexBlocked(NodeUnavailable):
+    """403 ``cluster_block_exception``: the index takes no writes for now (a layout migration blocks the old
+    index until the alias switches): a 503 the client retries, not a refusal of its rights."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.status = Unavailable.status
+
+
 # The one status → kind map; a few error types refine their status's kind.
 _BY_STATUS: dict[int, type[OpenSearchError]] = {
     400: NodeBadRequest,
@@ -159,55 +171,11 @@ _BY_STATUS: dict[int, type[OpenSearchError]] = {
     503: NodeUnavailable,
 }
 
-# Errors a node reports, with a 500 or as the cause of another error, when a node it needs has just gone
-# (or a cluster manager is not elected yet): the call may succeed when retried, once the cluster has
-# moved on. memproxy answers them 503 with Retry-After.
-TRANSIENT_TYPES = frozenset(
-    {
-        "node_disconnected_exception",
-        "node_not_connected_exception",
-        "node_closed_exception",
-        "connect_transport_exception",
-        "send_request_transport_exception",
-        "receive_timeout_transport_exception",
-        "no_node_available_exception",
-        "unavailable_shards_exception",
-        "no_shard_available_action_exception",
-        "shard_not_found_exception",
-        "primary_missing_action_exception",
-        "cluster_manager_not_discovered_exception",
-        "master_not_discovered_exception",
-        "not_cluster_manager_exception",
-        "not_master_exception",
-        "failed_to_commit_cluster_state_exception",
-        "process_cluster_event_timeout_exception",
-        "cluster_block_exception",
-    }
-)
-
-
-def _error_types(body: Any, depth: int = 0) -> Iterator[str]:
-    """The ``type`` of an error object and of every cause it names (``root_cause``, ``caused_by``, a
-    search's ``failed_shards[].reason``)."""
-    if not isinstance(body, dict) or depth > 8:
-        return
-    if isinstance(body.get("type"), str):
-        yield body["type"]
-    for cause in body.get("root_cause") or ():
-        yield from _error_types(cause, depth + 1)
-    yield from _error_types(body.get("caused_by"), depth + 1)
-    for failure in body.get("failed_shards") or ():
-        if isinstance(failure, dict):
-            yield from _error_types(failure.get("reason"), depth + 1)
-
-
-def _transient(body: Any) -> bool:
-    return any(t in TRANSIENT_TYPES for t in _error_types(body))
-
 
 _BY_TYPE: dict[tuple[int, str], type[OpenSearchError]] = {
     (400, "resource_already_exists_exception"): IndexExists,
     (404, "index_not_found_exception"): IndexMissing,
+    (403, "cluster_block_exception"): IndexBlocked,
 }
 
 
@@ -215,7 +183,7 @@ def node_error(status: int, body: Any) -> OpenSearchError:
     """The typed error for one node answer (a status and its ``error`` value)."""
     kind = body.get("type") if isinstance(body, dict) else None
     cls = _BY_TYPE.get((status, kind)) if isinstance(kind, str) else None
-    if cls is None and status >= 500 and status != 503 and _transient(body):
+    if cls is None and status >= 500 and status != 503 and transient(body):
         return NodeUnavailable(503, body)
     return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
 
@@ -309,6 +277,9 @@ class Store:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        # The layout of the memory indices this store creates (docs/data-model.md, "Index layout").
+        self.memory_layout = MemoryLayout(shards=settings.memory_shards, replicas=settings.memory_replicas)
+        self.layouts = IndexLayouts(self.request, url)
         auth = None
         if settings.opensearch_username:
             auth = (settings.opensearch_username, settings.opensearch_password or "")

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
 
-__all__ = ["DEAD_S", "MAX_DEAD_S", "HostRing", "may_resend", "never_sent"]
+__all__ = [
+    "DEAD_S",
+    "MAX_DEAD_S",
+    "TRANSIENT_TYPES",
+    "HostRing",
+    "may_resend",
+    "never_sent",
+    "transient",
+]
 
 # A node that failed is skipped for DEAD_S seconds, doubling on each failure in a row up to MAX_DEAD_S: a
 # node restarted after a crash takes its share of calls again within seconds.
@@ -77,6 +85,53 @@ def may_resend(method: str, endpoint: str, path: str, params: Mapping[str, Any] 
     if method == "POST" and endpoint == "_bulk":
         return _bulk_repeatable(body)
     return False
+
+
+# Errors a node reports, with a 500 or as the cause of another error, when a node it needs has just gone
+# (or a cluster manager is not elected yet): the call may succeed when retried, once the cluster has
+# moved on. memproxy answers them 503 with Retry-After.
+TRANSIENT_TYPES = frozenset(
+    {
+        "node_disconnected_exception",
+        "node_not_connected_exception",
+        "node_closed_exception",
+        "connect_transport_exception",
+        "send_request_transport_exception",
+        "receive_timeout_transport_exception",
+        "no_node_available_exception",
+        "unavailable_shards_exception",
+        "no_shard_available_action_exception",
+        "shard_not_found_exception",
+        "primary_missing_action_exception",
+        "cluster_manager_not_discovered_exception",
+        "master_not_discovered_exception",
+        "not_cluster_manager_exception",
+        "not_master_exception",
+        "failed_to_commit_cluster_state_exception",
+        "process_cluster_event_timeout_exception",
+        "cluster_block_exception",
+    }
+)
+
+
+def _error_types(body: Any, depth: int = 0) -> Iterator[str]:
+    """The ``type`` of an error object and of every cause it names (``root_cause``, ``caused_by``, a
+    search's ``failed_shards[].reason``)."""
+    if not isinstance(body, dict) or depth > 8:
+        return
+    if isinstance(body.get("type"), str):
+        yield body["type"]
+    for cause in body.get("root_cause") or ():
+        yield from _error_types(cause, depth + 1)
+    yield from _error_types(body.get("caused_by"), depth + 1)
+    for failure in body.get("failed_shards") or ():
+        if isinstance(failure, dict):
+            yield from _error_types(failure.get("reason"), depth + 1)
+
+
+def transient(body: Any) -> bool:
+    """The node's error, or one of its causes, is one a retry may not meet once the cluster moved on."""
+    return any(t in TRANSIENT_TYPES for t in _error_types(body))
 
 
 class HostRing:
