@@ -312,9 +312,10 @@ class Store:
     async def close(self) -> None:
         await self.client.close()
         # opensearch-py closes the connections of the nodes it holds live, not those set aside as dead.
-        pool = getattr(self.client.transport, "connection_pool", None)
-        for connection in getattr(pool, "orig_connections", ()) if pool is not None else ():
-            if connection not in pool.connections:
+        pool: Any = getattr(self.client.transport, "connection_pool", None)
+        live = getattr(pool, "connections", ())
+        for connection in getattr(pool, "orig_connections", ()):
+            if connection not in live:
                 await connection.close()
         await self.passthrough_http.close()
 
