@@ -82,7 +82,9 @@ def cluster() -> Iterator[Cluster]:
     c = Cluster()
     for node in HOME.glob("node-*"):
         shutil.rmtree(node / "data", ignore_errors=True)  # a new cluster every session
-    out = c.script("start")
-    assert f"OPENSEARCH_URL={','.join(c.urls)}" in out
-    yield c
-    c.script("stop")
+    try:
+        out = c.script("start", timeout=900)
+        assert f"OPENSEARCH_URL={','.join(c.urls)}" in out
+        yield c
+    finally:
+        c.script("stop")  # also when the start failed: no node is left behind
