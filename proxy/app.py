@@ -119,7 +119,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
             ),
             ttl_s=settings.cache_ttl_s,
             trusted_endpoints=settings.trusted_model_endpoints,
-            forbidden_endpoints=(settings.opensearch_url,),
+            forbidden_endpoints=settings.opensearch_hosts,
             allow_private_endpoints=settings.allow_private_model_endpoints,
         )
     except (ValueError, OSError, ModelLoadError) as exc:

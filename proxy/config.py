@@ -15,7 +15,13 @@ from proxy.models.addresses import parse_allowed
 if TYPE_CHECKING:
     from proxy.embedding.config import EngineOptions
 
-__all__ = ["DEFAULT_CACHE_TTL_S", "DEFAULT_TRUSTED_MODEL_ENDPOINTS", "Settings", "parse_settings"]
+__all__ = [
+    "DEFAULT_CACHE_TTL_S",
+    "DEFAULT_TRUSTED_MODEL_ENDPOINTS",
+    "Settings",
+    "parse_settings",
+    "split_opensearch_urls",
+]
 
 DEFAULT_CACHE_TTL_S = 2.0
 DEFAULT_TRUSTED_MODEL_ENDPOINTS = (
@@ -143,20 +149,20 @@ class Settings:
     shutdown_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
+        # Credentials written into a URL become memproxy's own credentials and leave the URL: a URL with
         # userinfo would make every pass-through request carry them on an anonymous caller's behalf, and
         # the URL is shown by health.
-        parts = urlsplit(self.opensearch_url)
-        if parts.username is not None or parts.password is not None:
-            host = parts.hostname or ""
-            netloc = f"[{host}]" if ":" in host else host
-            if parts.port is not None:
-                netloc += f":{parts.port}"
-            clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-            object.__setattr__(self, "opensearch_url", clean.rstrip("/"))
-            if self.opensearch_username is None:
-                object.__setattr__(self, "opensearch_username", unquote(parts.username or ""))
-                object.__setattr__(self, "opensearch_password", unquote(parts.password or ""))
+        hosts, username, password = split_opensearch_urls(self.opensearch_url)
+        object.__setattr__(self, "opensearch_url", ",".join(hosts))
+        if username is not None and self.opensearch_username is None:
+            object.__setattr__(self, "opensearch_username", username)
+            object.__setattr__(self, "opensearch_password", password)
+
+    @property
+    def opensearch_hosts(self) -> tuple[str, ...]:
+        """The nodes memproxy talks to (``--opensearch-url`` may list several, comma-separated): every call
+        goes to one of them and moves to another when one is unreachable."""
+        return tuple(self.opensearch_url.split(","))
 
     def engine_options(self) -> EngineOptions:
         """The embedding engine's options (the proxy's, and the benchmarks' in-process baseline's)."""
@@ -183,12 +189,37 @@ class Settings:
         return out
 
 
+def split_opensearch_urls(value: str) -> tuple[tuple[str, ...], str | None, str | None]:
+    """The node URLs of ``--opensearch-url`` (comma-separated), each without its userinfo and trailing
+    ``/``, and the credentials one of them carried (all that carry some must carry the same). Every URL
+    must have the same scheme: one TLS setting (CA, client certificate) serves them all."""
+    hosts: list[str] = []
+    found: set[tuple[str, str]] = set()
+    for raw in value.split(","):
+        parts = urlsplit(raw.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"an OpenSearch URL must be http(s)://host[:port], got {raw.strip()!r}")
+        if parts.username is not None or parts.password is not None:
+            found.add((unquote(parts.username or ""), unquote(parts.password or "")))
+        host = parts.hostname
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        hosts.append(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)).rstrip("/"))
+    if len({h.split(":", 1)[0] for h in hosts}) > 1:
+        raise ValueError("every OpenSearch URL must have the same scheme (http or https)")
+    if len(found) > 1:
+        raise ValueError("the OpenSearch URLs carry different credentials; give one --opensearch-username")
+    username, password = next(iter(found)) if found else (None, None)
+    return tuple(dict.fromkeys(hosts)), username, password
+
+
 # Never shown: health prints the settings to anyone who asks.
 _SECRETS = frozenset({"opensearch_username", "opensearch_password", "opensearch_client_key", "secret_key"})
 
 # flag, env var, type, help
 _OPTIONS: list[tuple[str, str, type, str]] = [
-    ("opensearch-url", "OPENSEARCH_URL", str, "OpenSearch cluster URL"),
+    ("opensearch-url", "OPENSEARCH_URL", str, "OpenSearch node URL, or several comma-separated"),
     ("host", "MEMPROXY_HOST", str, "address to listen on"),
     ("port", "MEMPROXY_PORT", int, "port to listen on"),
     ("opensearch-username", "OPENSEARCH_USERNAME", str, "basic-auth user for memproxy's own calls"),
@@ -493,5 +524,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     if values.get("memory_replicas", 0) < 0:
         raise SystemExit("memproxy: --memory-replicas must be 0 or more")
     if "opensearch_url" in values:
-        values["opensearch_url"] = values["opensearch_url"].rstrip("/")
+        try:
+            split_opensearch_urls(values["opensearch_url"])
+        except ValueError as exc:
+            raise SystemExit(f"memproxy: --opensearch-url: {exc}") from None
     return Settings(**values)

@@ -9,6 +9,13 @@ itself is missing), 409 :class:`NodeConflict`, and so on. Each kind is also the 
 ``except IndexMissing`` / ``except Conflict`` and never tests a status by hand; and each keeps the node's
 status and ``error`` object, which the OpenSearch front-end relays verbatim. An unreachable node is
 :class:`proxy.errors.Unavailable`.
+
+A cluster in failover (a node gone, a cluster manager being elected, a shard without a copy) answers
+503, an overloaded one 429: those reach callers as 503 / 429 with a ``Retry-After`` header
+(:class:`NodeUnavailable`, :class:`NodeOverloaded`), and so do the transport errors a node reports with a
+500 while another node goes away (``failover.TRANSIENT_TYPES``): a caller may retry them, and never sees a
+500 for a failover. With several node URLs, a call that found its node unreachable goes to the next one when
+that is safe (:mod:`proxy.store.failover`).
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ from proxy.errors import (
     Forbidden,
     MemproxyError,
     NotFound,
+    Overloaded,
     Unauthenticated,
     Unavailable,
 )
 from proxy.observability import current_request_id
+from proxy.store.failover import DEAD_S, HostRing, may_resend, never_sent, transient
 from proxy.store.layout import IndexLayouts
 from proxy.store.templates import MemoryLayout
 
@@ -51,7 +60,9 @@ __all__ = [
     "NodeConflict",
     "NodeForbidden",
     "NodeNotFound",
+    "NodeOverloaded",
     "NodeUnauthenticated",
+    "NodeUnavailable",
     "OpenSearchError",
     "SentRequest",
     "Store",
@@ -59,6 +70,7 @@ __all__ = [
     "endpoint_of",
     "node_error",
     "opaque_id_headers",
+    "unreachable",
     "url",
 ]
 
@@ -115,7 +127,31 @@ class NodeConflict(OpenSearchError, Conflict):
     """409 from the node: a version conflict, or ``op_type=create`` on an existing id."""
 
 
-class IndexBlocked(OpenSearchError, Unavailable):
+# Seconds a caller is asked to wait before retrying (``Retry-After``): a cluster manager election or a
+# replica's promotion takes a few seconds; a full queue drains faster.
+RETRY_AFTER_UNAVAILABLE_S = 2
+RETRY_AFTER_OVERLOADED_S = 1
+
+
+class NodeOverloaded(OpenSearchError, Overloaded):
+    """429 from the node: ``rejected_execution_exception`` (a full queue), a circuit breaker, a
+    flood-stage block. Retry later."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.headers = {"Retry-After": str(RETRY_AFTER_OVERLOADED_S)}
+
+
+class NodeUnavailable(OpenSearchError, Unavailable):
+    """503 from the node (no cluster manager, a shard without a live copy, a retryable cluster block, a
+    cluster-state update that timed out), or a transport error while a node goes away. Retry later."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)}
+
+
+class IndexBlocked(NodeUnavailable):
     """403 ``cluster_block_exception``: the index takes no writes for now (a layout migration blocks the old
     index until the alias switches): a 503 the client retries, not a refusal of its rights."""
 
@@ -131,7 +167,11 @@ _BY_STATUS: dict[int, type[OpenSearchError]] = {
     403: NodeForbidden,
     404: NodeNotFound,
     409: NodeConflict,
+    429: NodeOverloaded,
+    503: NodeUnavailable,
 }
+
+
 _BY_TYPE: dict[tuple[int, str], type[OpenSearchError]] = {
     (400, "resource_already_exists_exception"): IndexExists,
     (404, "index_not_found_exception"): IndexMissing,
@@ -143,7 +183,14 @@ def node_error(status: int, body: Any) -> OpenSearchError:
     """The typed error for one node answer (a status and its ``error`` value)."""
     kind = body.get("type") if isinstance(body, dict) else None
     cls = _BY_TYPE.get((status, kind)) if isinstance(kind, str) else None
+    if cls is None and status >= 500 and status != 503 and transient(body):
+        return NodeUnavailable(503, body)
     return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
+
+
+def unreachable(message: str) -> Unavailable:
+    """No node answered: 503, and the caller may retry shortly (another node, or this one restarted)."""
+    return Unavailable(message, headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)})
 
 
 _ENDPOINT = re.compile(r"^_[a-z_]{1,40}$")
@@ -189,7 +236,7 @@ def _ssl_context(settings: Settings, *, client_cert: bool = True) -> ssl.SSLCont
 def translate_error(exc: Exception) -> MemproxyError:
     """Map an opensearch-py exception to the project's tree."""
     if isinstance(exc, os_exc.ConnectionError | os_exc.ConnectionTimeout):
-        return Unavailable(f"OpenSearch is unreachable: {exc.error if hasattr(exc, 'error') else exc}")
+        return unreachable(f"OpenSearch is unreachable: {exc.error if hasattr(exc, 'error') else exc}")
     if isinstance(exc, os_exc.TransportError) and isinstance(exc.status_code, int):
         info = exc.info
         body = info.get("error", info) if isinstance(info, dict) else (info or exc.error)
@@ -236,12 +283,17 @@ class Store:
         auth = None
         if settings.opensearch_username:
             auth = (settings.opensearch_username, settings.opensearch_password or "")
+        # Every node given: opensearch-py takes them in turn and sets aside one it could not reach (for
+        # DEAD_S seconds, doubling on each failure in a row); Store.request itself decides what is sent
+        # again (max_retries=0: the client would resend anything, a timed-out or non-idempotent call too).
         self.client = AsyncOpenSearch(
-            hosts=[settings.opensearch_url],
+            hosts=list(settings.opensearch_hosts),
             http_auth=auth,
             ssl_context=_ssl_context(settings),
             timeout=settings.opensearch_timeout_s,
             max_retries=0,
+            dead_timeout=DEAD_S,
+            timeout_cutoff=4,
         )
         # The pass-through session acts for callers: it has no credentials and no client certificate of
         # memproxy's (a caller's own Authorization header is all it may carry). It must relay bytes exactly:
@@ -253,10 +305,18 @@ class Store:
             connector=aiohttp.TCPConnector(limit=256, ssl=_ssl_context(settings, client_cert=False) or True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
+        # The nodes the pass-through session (and the authinfo call) take in turn.
+        self.passthrough_hosts = HostRing(settings.opensearch_hosts)
         self.observer: CallObserver | None = None
 
     async def close(self) -> None:
         await self.client.close()
+        # opensearch-py closes the connections of the nodes it holds live, not those set aside as dead.
+        pool: Any = getattr(self.client.transport, "connection_pool", None)
+        live = getattr(pool, "connections", ())
+        for connection in getattr(pool, "orig_connections", ()):
+            if connection not in live:
+                await connection.close()
         await self.passthrough_http.close()
 
     async def request(
@@ -269,9 +329,7 @@ class Store:
         began = time.perf_counter()
         error: str | None = None
         try:
-            return await self.client.transport.perform_request(
-                method, path, body=body, params=params, headers=opaque_id_headers() or None
-            )
+            return await self._perform(method, path, body, params)
         except asyncio.CancelledError:
             error = "cancelled"  # the caller went away: not the node's failure, but not a success either
             raise
@@ -281,6 +339,25 @@ class Store:
         finally:
             if self.observer is not None:
                 self.observer(method, endpoint_of(path), time.perf_counter() - began, error)
+
+    async def _perform(self, method: str, path: str, body: Any, params: dict[str, Any] | None) -> Any:
+        """One call, sent to the next node when its node could not be reached and sending it again is
+        safe (:mod:`proxy.store.failover`): at most once per node given."""
+        hosts = len(self.settings.opensearch_hosts)
+        for attempt in range(hosts):
+            try:
+                return await self.client.transport.perform_request(
+                    method, path, body=body, params=params, headers=opaque_id_headers() or None
+                )
+            except os_exc.ConnectionTimeout:
+                raise  # the node may still act on it: never twice, and never a second wait
+            except os_exc.ConnectionError as exc:
+                cause = exc.info if isinstance(exc.info, BaseException) else None
+                if attempt + 1 >= hosts or not (
+                    never_sent(cause) or may_resend(method, endpoint_of(path), path, params, body)
+                ):
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def cluster_health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", url("_cluster", "health"))

@@ -8,8 +8,8 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.errors import NotFound, Unavailable
-from proxy.store.client import Store, opaque_id_headers, url
+from proxy.errors import NotFound
+from proxy.store.client import Store, opaque_id_headers, unreachable, url
 
 __all__ = ["HOP_BY_HOP", "UpstreamResponse", "forward", "resolve_indices", "strip_hop_by_hop"]
 
@@ -66,18 +66,32 @@ async def forward(
 ) -> UpstreamResponse:
     """Send one request upstream; the body streams through without being buffered. ``raw_path_qs`` is
     sent as it is: ``encoded=True`` keeps the URL library from decoding or resolving dot segments in it,
-    so the node routes exactly the path the policy checked."""
-    target = URL(store.settings.opensearch_url + raw_path_qs, encoded=True)
+    so the node routes exactly the path the policy checked.
+
+    With several nodes, a request whose connection was refused goes to the next one (nothing of it was
+    sent, and its body is still unread); one that failed after that is a 503 with ``Retry-After``: the
+    caller's request may not be safe to repeat, and its body is spent."""
     sent = strip_hop_by_hop(headers)
     if "X-Opaque-Id" not in sent:  # the caller's own X-Opaque-Id wins: its tooling is looking for it
         sent.update(opaque_id_headers())
-    try:
-        resp = await store.passthrough_http.request(
-            method, target, headers=sent, data=body, allow_redirects=False
-        )
-    except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-        raise Unavailable(f"OpenSearch at {store.settings.opensearch_url} is unreachable: {exc}") from exc
-    return UpstreamResponse(resp)
+    hosts = store.passthrough_hosts.order()
+    for attempt, host in enumerate(hosts):
+        target = URL(host + raw_path_qs, encoded=True)
+        try:
+            resp = await store.passthrough_http.request(
+                method, target, headers=sent, data=body, allow_redirects=False
+            )
+        except aiohttp.ClientConnectorError as exc:
+            store.passthrough_hosts.failed(host)
+            if attempt + 1 < len(hosts):
+                continue
+            raise unreachable(f"OpenSearch at {host} is unreachable: {exc}") from exc
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            store.passthrough_hosts.failed(host)
+            raise unreachable(f"OpenSearch at {host} is unreachable: {exc}") from exc
+        store.passthrough_hosts.answered(host)
+        return UpstreamResponse(resp)
+    raise AssertionError("unreachable: the last host returns or raises")
 
 
 async def resolve_indices(store: Store, expression: str) -> set[str]:

@@ -15,8 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.errors import Unavailable
-from proxy.store.client import OpenSearchError, Store, node_error, opaque_id_headers, url
+from proxy.store.client import OpenSearchError, Store, node_error, opaque_id_headers, unreachable, url
 
 __all__ = ["ClusterUser", "authinfo", "cluster_has_security"]
 
@@ -38,21 +37,31 @@ async def _authinfo_call(store: Store, authorization: str | None) -> tuple[int, 
     """(status, parsed body) of one authinfo call carrying exactly ``authorization`` (none: anonymous)."""
     headers = {"Authorization": authorization} if authorization else {}
     headers.update(opaque_id_headers())
-    target = store.settings.opensearch_url.rstrip("/") + url("_plugins", "_security", "authinfo")
     # The pass-through session has no overall timeout (a caller's long request is the caller's business);
     # this call is memproxy's own, so it gets the timeout of every other call memproxy makes.
     timeout = aiohttp.ClientTimeout(total=store.settings.opensearch_timeout_s)
-    try:
-        async with store.passthrough_http.get(
-            target, headers=headers, allow_redirects=False, timeout=timeout
-        ) as resp:
-            raw = await resp.read()
-            try:
-                return resp.status, json.loads(raw) if raw else None
-            except ValueError:  # "Unauthorized" comes as text/plain
-                return resp.status, raw.decode("utf-8", "replace")
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise Unavailable(f"OpenSearch is unreachable: {exc}") from exc
+    hosts = store.passthrough_hosts.order()
+    for attempt, host in enumerate(hosts):
+        target = host + url("_plugins", "_security", "authinfo")
+        try:
+            async with store.passthrough_http.get(
+                target, headers=headers, allow_redirects=False, timeout=timeout
+            ) as resp:
+                raw = await resp.read()
+        except aiohttp.ClientConnectionError as exc:
+            # A GET: another node may answer it, whether or not this one saw it.
+            store.passthrough_hosts.failed(host)
+            if attempt + 1 < len(hosts):
+                continue
+            raise unreachable(f"OpenSearch is unreachable: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise unreachable(f"OpenSearch is unreachable: {exc}") from exc
+        store.passthrough_hosts.answered(host)
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:  # "Unauthorized" comes as text/plain
+            return resp.status, raw.decode("utf-8", "replace")
+    raise AssertionError("unreachable: the last host returns or raises")
 
 
 def _failure(status: int, body: Any) -> OpenSearchError:
