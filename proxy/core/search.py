@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from proxy.core.longterm import long_term_index
 from proxy.core.query import VectorSearch
+from proxy.core.recall_canary import Sample
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 from proxy.store import dsl_policy
@@ -166,7 +167,7 @@ async def _plan(svc: Services, search: VectorSearch, index: str) -> tuple[list[f
     return vector, await counting
 
 
-def _knn(
+async def _knn(
     svc: Services,
     search: VectorSearch,
     index: str,
@@ -174,20 +175,37 @@ def _knn(
     *,
     with_min_score: bool,
     exact: bool,
-) -> Awaitable[dict[str, Any]]:
-    return searches.vector_search(
-        svc.store,
-        index,
-        field=search.vector_field,
-        vector=vector,
-        k=search.k,
-        selection=_scoped(search),
-        min_score=search.min_score if with_min_score else None,
-        ef_search=search.ef_search,
-        exact=exact,
-        source_includes=search.source_includes,
-        source_excludes=_source_excludes(search),
-    )
+) -> dict[str, Any]:
+    """The vector search itself; a graph-walked one may be offered to the recall canary (after it answered,
+    so the canary never delays it)."""
+
+    def run(exact: bool, source_includes: Sequence[str]) -> Awaitable[dict[str, Any]]:
+        return searches.vector_search(
+            svc.store,
+            index,
+            field=search.vector_field,
+            vector=vector,
+            k=search.k,
+            selection=_scoped(search),
+            min_score=search.min_score if with_min_score else None,
+            ef_search=search.ef_search,
+            exact=exact,
+            source_includes=source_includes,
+            source_excludes=_source_excludes(search),
+        )
+
+    response = await run(exact, search.source_includes)
+    canary = svc.canary
+    if not exact and canary is not None and canary.wants():
+
+        async def exact_scores() -> list[float]:
+            # Only the scores are compared: fetch one small field, not the memories.
+            answer = await run(True, ("memory_container_id",))
+            return [float(h.get("_score") or 0.0) for h in answer["hits"]["hits"]]
+
+        found = tuple(float(h.get("_score") or 0.0) for h in response["hits"]["hits"])
+        canary.offer(Sample(index=index, k=search.k, found=found, exact=exact_scores))
+    return response
 
 
 async def vector_search(svc: Services, search: VectorSearch) -> SearchResult:
