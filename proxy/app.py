@@ -7,6 +7,7 @@ routes are mounted API by API, and the pass-through catch-all comes last so memp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -37,6 +38,7 @@ from proxy.core.jobs import JobQueue, JobRunner
 from proxy.core.metrics import Metrics
 from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
 from proxy.core.models.startup import parse_model_flag
+from proxy.core.recall_canary import RecallCanary
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.embedding.errors import ModelLoadError
@@ -135,6 +137,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         embedders=app[EMBEDDERS],
         caches=Caches.with_ttl(settings.cache_ttl_s),
         models=registry,
+        canary=RecallCanary(settings.recall_canary_rate) if settings.recall_canary_rate > 0 else None,
     )
     yield
     await registry.close()
@@ -167,6 +170,25 @@ async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
     # The core's own job kinds; each API slice registers its own in its cleanup_ctx.
     register_infer(app[JOBS], app[SERVICES])
     yield
+
+
+async def _canary_ctx(app: web.Application) -> AsyncIterator[None]:
+    # The recall canary's one background task: it reruns sampled searches exactly, off the request path,
+    # until shutdown cancels it (before the store it searches through closes).
+    canary = app[SERVICES].canary
+    task = asyncio.create_task(canary.run(), name="recall-canary") if canary is not None else None
+    if task is not None:
+        task.add_done_callback(_canary_ended)
+    yield
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # the cancellation asked for just above
+            await task
+
+
+def _canary_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the recall canary stopped", exc_info=task.exception())
 
 
 async def _job_workers_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -214,6 +236,7 @@ def make_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_identity_ctx)
     app.cleanup_ctx.append(_jobs_ctx)
     app.cleanup_ctx.append(metrics_ctx)
+    app.cleanup_ctx.append(_canary_ctx)
     app.add_routes(health.routes)
     app.add_routes(openapi.routes_for(OPENAPI_APIS))
     app.add_routes(metrics_routes)

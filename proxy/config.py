@@ -94,6 +94,13 @@ class Settings:
     allow_scripts: bool = False
     # Every search memproxy sends carries this timeout, and the node cancels it after that long.
     search_timeout_s: float = 30.0
+    # A vector search whose filter matches at most this many memories scores them all exactly instead of
+    # walking the HNSW graph (recall 1.0; cheaper up to about here on the measured node, docs/benchmarks.md);
+    # 0: always the graph.
+    exact_search_threshold: int = 1000
+    # Share of the graph-walked vector searches rerun exactly in the background to measure recall@k per
+    # index (memproxy_recall_canary_* in /metrics); 0: none.
+    recall_canary_rate: float = 0.01
     # Models beyond the local embedders (docs/models.md): "ID=PATH" (a local cross-encoder) or
     # "ID=URL#provider=...,model=...,key_env=VAR" (a remote reranker); "ID=URL#..." LLMs.
     rerankers: tuple[str, ...] = ()
@@ -280,6 +287,18 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         "MEMPROXY_SEARCH_TIMEOUT_S",
         float,
         "timeout of every search, cancelled on the node",
+    ),
+    (
+        "exact-search-threshold",
+        "MEMPROXY_EXACT_SEARCH_THRESHOLD",
+        int,
+        "largest filtered set a vector search scores exactly (0: always HNSW)",
+    ),
+    (
+        "recall-canary-rate",
+        "MEMPROXY_RECALL_CANARY_RATE",
+        float,
+        "share of HNSW searches rerun exactly in the background to measure recall (0: off)",
     ),
     (
         "secret-key-file",
@@ -473,6 +492,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         values["allow_private_model_endpoints"] = entries
     if env.get("MEMPROXY_SECRET_KEY"):
         values["secret_key"] = env["MEMPROXY_SECRET_KEY"]
+    if values.get("exact_search_threshold", 0) < 0:
+        raise SystemExit("memproxy: --exact-search-threshold must be 0 or more")
+    if not 0.0 <= values.get("recall_canary_rate", 0.0) <= 1.0:
+        raise SystemExit("memproxy: --recall-canary-rate must be between 0 and 1")
     if values.get("cache_ttl_s", 0.0) < 0:
         raise SystemExit("memproxy: --cache-ttl-s must be 0 or more")
     if values.get("event_loop", "uvloop") not in ("uvloop", "asyncio"):

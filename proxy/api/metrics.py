@@ -106,7 +106,11 @@ async def metrics_ctx(app: web.Application) -> AsyncIterator[None]:
     """Points the metrics at the store, embedders, caches and jobs once they exist (after the jobs'
     context), and away from them before any of them closes."""
     app[METRICS].watch(
-        store=app[STORE], embedders=app[EMBEDDERS], caches=app[SERVICES].caches, jobs=app[JOBS]
+        store=app[STORE],
+        embedders=app[EMBEDDERS],
+        caches=app[SERVICES].caches,
+        jobs=app[JOBS],
+        canary=app[SERVICES].canary,
     )
     yield
     app[METRICS].unwatch(app[STORE])

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from proxy.core.cache import Caches, TtlCache
 from proxy.core.jobs import STATES, JobRunner
+from proxy.core.recall_canary import RecallCanary
 from proxy.errors import MemproxyError
 from proxy.store.client import Store
 
@@ -97,12 +98,21 @@ class Metrics:
         if error is not None:
             self.opensearch_errors.labels(method, endpoint, error).inc()
 
-    def watch(self, *, store: Store, embedders: EmbedderRegistry, caches: Caches, jobs: JobRunner) -> None:
+    def watch(
+        self,
+        *,
+        store: Store,
+        embedders: EmbedderRegistry,
+        caches: Caches,
+        jobs: JobRunner,
+        canary: RecallCanary | None = None,
+    ) -> None:
         """Start reporting on the application's objects (once they exist)."""
         store.observer = self.observe_store_call
         self._state.embedders = embedders
         self._state.caches = caches
         self._state.jobs = jobs
+        self._state.canary = canary
 
     def unwatch(self, store: Store) -> None:
         """Stop before those objects close (a scrape must not read a closed registry)."""
@@ -111,6 +121,7 @@ class Metrics:
         self._state.embedders = None
         self._state.caches = None
         self._state.jobs = None
+        self._state.canary = None
 
     async def refresh_jobs(self, timeout_s: float) -> None:
         """Read the job counts by state (one aggregation on the node) for the next scrape. When the node
@@ -138,6 +149,7 @@ class _StateCollector(Collector):
         self.caches: Caches | None = None
         self.jobs: JobRunner | None = None
         self.job_counts: dict[str, int] | None = None
+        self.canary: RecallCanary | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []  # the families are known only at scrape time; registering must not read anything
@@ -149,6 +161,43 @@ class _StateCollector(Collector):
             yield from self._caches(self.caches)
         if self.jobs is not None:
             yield from self._jobs(self.jobs)
+        if self.canary is not None:
+            yield from self._canary(self.canary)
+
+    @staticmethod
+    def _canary(canary: RecallCanary) -> Iterator[Metric]:
+        # Labelled by index name: one per long-term index sampled, at most recall_canary.MAX_INDICES.
+        labels = ["index"]
+        recall = GaugeMetricFamily(
+            "memproxy_recall_canary_recall",
+            "Mean recall@k of the index's last sampled HNSW searches against exact scoring (1: none missed)",
+            labels=labels,
+        )
+        samples = CounterMetricFamily(
+            "memproxy_recall_canary_samples", "HNSW searches the canary reran exactly", labels=labels
+        )
+        recall_sum = CounterMetricFamily(
+            "memproxy_recall_canary_recall_sum",
+            "Sum of the samples' recall@k (rate() of it over rate() of the samples: mean recall)",
+            labels=labels,
+        )
+        misses = CounterMetricFamily(
+            "memproxy_recall_canary_misses", "Samples that missed part of the exact top k", labels=labels
+        )
+        for index, figures in canary.indices.items():
+            recall.add_metric([index], figures.recall)
+            samples.add_metric([index], figures.samples)
+            recall_sum.add_metric([index], figures.recall_sum)
+            misses.add_metric([index], figures.misses)
+        dropped = CounterMetricFamily(
+            "memproxy_recall_canary_dropped", "Samples dropped because the canary's queue was full"
+        )
+        dropped.add_metric([], canary.dropped)
+        errors = CounterMetricFamily(
+            "memproxy_recall_canary_errors", "Exact reruns of the canary that the node failed"
+        )
+        errors.add_metric([], canary.errors)
+        yield from (recall, samples, recall_sum, misses, dropped, errors)
 
     @staticmethod
     def _embedding(registry: EmbedderRegistry) -> Iterator[Metric]:

@@ -1,7 +1,11 @@
 """Semantic (k-NN) and hybrid (BM25 + k-NN) retrieval over a container's long-term memories.
 
 Every filter, the container's own included, goes inside the knn clause, so a search returns
-min(k, matching) hits (ml-commons post-filters and can return fewer). Scores are Lucene's cosinesimil
+min(k, matching) hits (ml-commons post-filters and can return fewer). When the filter matches at most
+``--exact-search-threshold`` memories (1,000 by default; docs/benchmarks.md measured where exact scoring stops
+being cheaper than the graph walk), they are all scored exactly instead: identical vectors stored many times
+trap Lucene's HNSW walk, and a typical user's memories are that small, so their search has recall 1.0 by
+construction. The count that decides runs while the query is embedded. Scores are Lucene's cosinesimil
 ``(1 + cos) / 2``, which is ml-commons' score. Hybrid search fuses the two legs here as neural-search's
 normalization processor would (min-max per leg, weighted arithmetic mean), because the node has no
 neural-search plugin.
@@ -12,10 +16,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.core.longterm import long_term_index
 from proxy.core.query import VectorSearch
+from proxy.core.recall_canary import Sample
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 from proxy.store import dsl_policy
@@ -24,6 +29,7 @@ from proxy.store.client import IndexMissing
 from proxy.store.query import And, Filter, Hit, Not, Or, RawDsl, Term, all_of
 
 __all__ = [
+    "DEFAULT_EXACT_SEARCH_THRESHOLD",
     "MAX_K",
     "SearchResult",
     "check_caller_dsl",
@@ -35,6 +41,8 @@ __all__ = [
 ]
 
 MAX_K = 10_000
+# Filtered sets of at most this many memories are scored exactly (Settings.exact_search_threshold).
+DEFAULT_EXACT_SEARCH_THRESHOLD = 1000
 # neural-search's min-max: the lowest score of a leg maps to this instead of 0, a lone result to 1.
 MIN_NORMALIZED = 0.001
 INTERNAL_SOURCE_FIELDS = ("metadata_index",)
@@ -119,7 +127,10 @@ def _result(response: Mapping[str, Any], hits: list[Hit] | None = None) -> Searc
     )
 
 
-async def _or_none(answer: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+T = TypeVar("T")
+
+
+async def _or_none(answer: Awaitable[T]) -> T | None:
     """A search's answer; ``None`` when the long-term index does not exist yet (nothing written)."""
     try:
         return await answer
@@ -127,31 +138,91 @@ async def _or_none(answer: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
         return None
 
 
-def _knn(
-    svc: Services, search: VectorSearch, index: str, vector: list[float], *, with_min_score: bool
-) -> Awaitable[dict[str, Any]]:
-    return searches.vector_search(
-        svc.store,
-        index,
-        field=search.vector_field,
-        vector=vector,
-        k=search.k,
-        selection=_scoped(search),
-        min_score=search.min_score if with_min_score else None,
-        ef_search=search.ef_search,
-        source_includes=search.source_includes,
-        source_excludes=_source_excludes(search),
-        routing=search.container.id,
+def exact_search_threshold(svc: Services) -> int:
+    """The largest filtered set scored exactly (``--exact-search-threshold``; 0: always the graph)."""
+    settings = getattr(svc.store, "settings", None)
+    return int(getattr(settings, "exact_search_threshold", DEFAULT_EXACT_SEARCH_THRESHOLD))
+
+
+async def _exact_wanted(svc: Services, search: VectorSearch, index: str) -> bool | None:
+    """Whether the search's filter matches at most the threshold; ``None`` when the index does not exist."""
+    threshold = exact_search_threshold(svc)
+    if threshold <= 0:
+        return False
+    counted = await _or_none(
+        searches.count_up_to(
+            svc.store, index, _scoped(search), limit=threshold + 1, routing=search.container.id
+        )
     )
+    return None if counted is None else counted <= threshold
+
+
+async def _plan(svc: Services, search: VectorSearch, index: str) -> tuple[list[float], bool | None]:
+    """The query's vector and :func:`_exact_wanted`, the count running on the node while the query embeds
+    (embedding is most of a search's time, so the count adds no latency to a text query)."""
+    counting = asyncio.ensure_future(_exact_wanted(svc, search, index))
+    try:
+        vector = await query_vector(svc, search)
+    except BaseException:
+        # The embedding's error is the answer; the count is abandoned, and whatever it ends in is moot.
+        counting.cancel()
+        await asyncio.gather(counting, return_exceptions=True)
+        raise
+    return vector, await counting
+
+
+async def _knn(
+    svc: Services,
+    search: VectorSearch,
+    index: str,
+    vector: list[float],
+    *,
+    with_min_score: bool,
+    exact: bool,
+) -> dict[str, Any]:
+    """The vector search itself; a graph-walked one may be offered to the recall canary (after it answered,
+    so the canary never delays it)."""
+
+    def run(exact: bool, source_includes: Sequence[str]) -> Awaitable[dict[str, Any]]:
+        return searches.vector_search(
+            svc.store,
+            index,
+            field=search.vector_field,
+            vector=vector,
+            k=search.k,
+            selection=_scoped(search),
+            min_score=search.min_score if with_min_score else None,
+            ef_search=search.ef_search,
+            exact=exact,
+            source_includes=source_includes,
+            source_excludes=_source_excludes(search),
+            routing=search.container.id,
+        )
+
+    response = await run(exact, search.source_includes)
+    canary = svc.canary
+    if not exact and canary is not None and canary.wants():
+
+        async def exact_scores() -> list[float]:
+            # Only the scores are compared: fetch one small field, not the memories.
+            answer = await run(True, ("memory_container_id",))
+            return [float(h.get("_score") or 0.0) for h in answer["hits"]["hits"]]
+
+        found = tuple(float(h.get("_score") or 0.0) for h in response["hits"]["hits"])
+        canary.offer(Sample(index=index, k=search.k, found=found, exact=exact_scores))
+    return response
 
 
 async def vector_search(svc: Services, search: VectorSearch) -> SearchResult:
-    """One knn request with the whole filter inside the knn clause; ``size`` = k."""
+    """The top k by vector: exact scoring of a filtered set up to the threshold, else one knn request with
+    the whole filter inside the knn clause; ``size`` = k either way."""
     _check_k(search.k)
     check_caller_dsl(svc, search.filter)
     index = long_term_index(search.container)
-    vector = await query_vector(svc, search)
-    response = await _or_none(_knn(svc, search, index, vector, with_min_score=True))
+    vector, exact = await _plan(svc, search, index)
+    if exact is None:
+        return SearchResult(hits=[])
+    response = await _or_none(_knn(svc, search, index, vector, with_min_score=True, exact=exact))
     return SearchResult(hits=[]) if response is None else _result(response)
 
 
@@ -208,7 +279,9 @@ async def hybrid_search_result(
     if search.query_text is None or not search.query_text.strip():
         raise BadRequest("query cannot be null or blank")
     index = long_term_index(search.container)
-    vector = await query_vector(svc, search)
+    vector, exact = await _plan(svc, search, index)
+    if exact is None:
+        return SearchResult(hits=[])
     lexical_leg = searches.lexical_search(
         svc.store,
         index,
@@ -221,7 +294,7 @@ async def hybrid_search_result(
         routing=search.container.id,
     )
     lexical, neural = await asyncio.gather(
-        _or_none(lexical_leg), _or_none(_knn(svc, search, index, vector, with_min_score=False))
+        _or_none(lexical_leg), _or_none(_knn(svc, search, index, vector, with_min_score=False, exact=exact))
     )
     if lexical is None or neural is None:
         return SearchResult(hits=[])

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from proxy.config import DEFAULT_CACHE_TTL_S
 from proxy.core.cache import Caches
 from proxy.core.models import ModelRegistry
+from proxy.core.recall_canary import RecallCanary
 from proxy.store.client import Store
 from proxy.store.models import ModelDocs
 
@@ -25,6 +26,8 @@ class Services:
     # Every model by id (local embedders first, then remote and runtime-registered ones); the app passes
     # its configured registry, a bare one is made over ``embedders`` otherwise.
     models: ModelRegistry = field(default=None)  # type: ignore[assignment]
+    # Samples graph-walked vector searches to measure their recall (proxy.core.recall_canary); None: off.
+    canary: RecallCanary | None = None
 
     def __post_init__(self) -> None:
         if self.models is None:

@@ -31,12 +31,15 @@ from proxy.store.query import (
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
+    "SPACE_TYPE",
     "NeuralClause",
     "add_filter",
     "apply_ml_search_options",
     "bm25_search_body",
     "compile_filter",
     "container_term",
+    "count_body",
+    "exact_vector_search_body",
     "knn_clause",
     "neural_clauses",
     "replace_neural",
@@ -52,6 +55,11 @@ NEURAL_DEFAULT_K = 10
 # that matches the whole container at 1 M embedding-like memories; 300 gave 0.993 for 3 ms more at p50
 # (docs/benchmarks.md). Selective filters are exact either way; small containers hardly notice.
 DEFAULT_EF_SEARCH = 300
+
+# The space type of every vector field the long-term template maps (index_templates/long_term.json.j2). The
+# exact search scores with the k-NN plugin's own ``knn_score`` script in this space, whose score in k-NN 3.6
+# is the knn query's for the lucene engine, (1 + cos) / 2 (tests/test_exact_search.py compares them).
+SPACE_TYPE = "cosinesimil"
 
 
 def compile_filter(f: Filter) -> dict[str, Any] | None:
@@ -142,6 +150,56 @@ def vector_search_body(
         # for Lucene cosinesimil is ml-commons' (1 + cos) / 2.
         body["min_score"] = min_score
     return body
+
+
+def exact_vector_search_body(
+    *,
+    field: str,
+    vector: Sequence[float],
+    k: int,
+    filter_dsl: Mapping[str, Any] | None,
+    min_score: float | None = None,
+    source_includes: Sequence[str] = (),
+    source_excludes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The exact twin of :func:`vector_search_body`: every document the filter matches scored by the k-NN
+    plugin's ``knn_score`` script (brute force, recall 1.0 by construction), top ``size`` = k, the same
+    scores, ``_source`` and ``min_score``. Cheaper than the graph walk for small filtered sets only (see
+    ``--exact-search-threshold`` in docs/benchmarks.md). The script is memproxy's own, on its own request:
+    callers' scripts stay refused (``proxy.store.dsl_policy``)."""
+    body: dict[str, Any] = {
+        "size": k,
+        "_source": _source_spec(source_includes, source_excludes),
+        # The knn query's total is the hits it kept; this one would count every match (the store rewrites it).
+        "track_total_hits": False,
+        "query": {
+            "script_score": {
+                "query": {
+                    "bool": {"filter": [dict(filter_dsl) if filter_dsl is not None else {"match_all": {}}]}
+                },
+                "script": {
+                    "lang": "knn",
+                    "source": "knn_score",
+                    "params": {"field": field, "query_value": list(vector), "space_type": SPACE_TYPE},
+                },
+            }
+        },
+    }
+    if min_score is not None:
+        body["min_score"] = min_score
+    return body
+
+
+def count_body(filter_dsl: Mapping[str, Any] | None, *, up_to: int) -> dict[str, Any]:
+    """A search that only counts the documents ``filter_dsl`` matches, and stops counting past ``up_to``
+    (``track_total_hits`` as a number: the node early-terminates its collection there, and a lone term uses
+    Lucene's index statistics), so deciding "small enough for exact scoring" costs little even for a big
+    container."""
+    return {
+        "size": 0,
+        "track_total_hits": up_to,
+        "query": {"bool": {"filter": [dict(filter_dsl) if filter_dsl is not None else {"match_all": {}}]}},
+    }
 
 
 def bm25_search_body(

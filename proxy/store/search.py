@@ -21,11 +21,21 @@ from proxy.store.query_dsl import (
     bm25_search_body,
     compile_filter,
     container_term,
+    count_body,
+    exact_vector_search_body,
     replace_neural,
     vector_search_body,
 )
 
-__all__ = ["empty_search_response", "hits", "lexical_search", "ml_request", "ml_search", "vector_search"]
+__all__ = [
+    "count_up_to",
+    "empty_search_response",
+    "hits",
+    "lexical_search",
+    "ml_request",
+    "ml_search",
+    "vector_search",
+]
 
 _EMPTY_SEARCH_RESPONSE: dict[str, Any] = {
     "took": 0,
@@ -64,23 +74,57 @@ async def vector_search(
     selection: Filter,
     min_score: float | None = None,
     ef_search: int | None = None,
+    exact: bool = False,
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
     routing: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """One knn request on ``field`` with all of ``selection`` inside the knn clause, ``size`` = k; the node's
-    answer (see :func:`proxy.store.query_dsl.vector_search_body`)."""
-    body = vector_search_body(
+    """The top k of ``selection`` by vector, ``size`` = k; the node's answer.
+
+    By default one knn request with all of ``selection`` inside the knn clause (see
+    :func:`proxy.store.query_dsl.vector_search_body`); ``exact`` scores every match instead
+    (:func:`proxy.store.query_dsl.exact_vector_search_body`: same scores, ``ef_search`` unused), and its
+    ``hits.total`` is the hits kept, as the knn query's is."""
+    filter_dsl = compile_filter(selection)
+    if not exact:
+        body = vector_search_body(
+            field=field,
+            vector=vector,
+            k=k,
+            filter_dsl=filter_dsl,
+            min_score=min_score,
+            ef_search=ef_search,
+            source_includes=source_includes,
+            source_excludes=source_excludes,
+        )
+        return await search(store, index, body, routing=routing)
+    exact_body = exact_vector_search_body(
         field=field,
         vector=vector,
         k=k,
-        filter_dsl=compile_filter(selection),
+        filter_dsl=filter_dsl,
         min_score=min_score,
-        ef_search=ef_search,
         source_includes=source_includes,
         source_excludes=source_excludes,
     )
-    return await search(store, index, body, routing=routing)
+    answer = await search(store, index, exact_body, routing=routing)
+    answer["hits"]["total"] = {"value": len(answer["hits"]["hits"]), "relation": "eq"}
+    return answer
+
+
+async def count_up_to(
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    limit: int,
+    routing: str | Sequence[str] | None = None,
+) -> int:
+    """How many documents ``selection`` matches, counted up to ``limit`` (a bigger set answers ``limit``
+    or a little more): cheap however big the set is (:func:`proxy.store.query_dsl.count_body`)."""
+    answer = await search(store, index, count_body(compile_filter(selection), up_to=limit), routing=routing)
+    total = answer["hits"]["total"]
+    return int(total["value"] if isinstance(total, Mapping) else total)
 
 
 async def lexical_search(

@@ -25,6 +25,7 @@ from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, PRINCIPAL, SERVICES, SETTI
 from proxy.core.container_record import MEMORY_TYPES, Container
 from proxy.core.containers import get_container
 from proxy.core.inspection import find_containers, index_details, memory_counts, sample_memories
+from proxy.core.recall_canary import IndexRecall
 from proxy.core.tasks import gather
 from proxy.errors import BadRequest, Forbidden, MemproxyError, Unauthenticated
 
@@ -120,8 +121,17 @@ async def containers(request: web.Request) -> web.Response:
             "start": start,
             "page_size": PAGE_SIZE,
             "memory_types": MEMORY_TYPES,
+            "canary": _canary_rows(request),
         },
     )
+
+
+def _canary_rows(request: web.Request) -> list[tuple[str, IndexRecall]] | None:
+    """The recall canary's figures per index, worst first; ``None`` when the canary is off."""
+    canary = request.config_dict[SERVICES].canary
+    if canary is None:
+        return None
+    return sorted(canary.indices.items(), key=lambda row: (row[1].recall, row[0]))
 
 
 @routes.get("/containers/{container_id}")
