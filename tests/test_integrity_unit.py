@@ -28,10 +28,13 @@ from proxy.core.identity import Principal
 from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, Overloaded, Unavailable
+from proxy.store.client import url
 from proxy.store.dsl_policy import DslRefused, check_query, check_search_body
 from proxy.store.goodmem import MEMORIES
+from proxy.store.layout import IndexLayouts
 from proxy.store.memories import delete_by_query_deadline, search_deadline
 from proxy.store.query import And, MetadataFilter, RawDsl, Term
+from proxy.store.templates import MemoryLayout
 
 SID = "01a0ace1-f672-7105-9642-bf658ff8f51a"
 OTHER = "01a0ace1-f672-7105-9642-bf658ff8f51b"
@@ -88,12 +91,20 @@ def matches(q: Mapping[str, Any] | None, doc_id: str, src: Mapping[str, Any]) ->
     raise AssertionError(f"query the fake node does not know: {q}")
 
 
+async def _no_indices(*_: Any, **__: Any) -> dict[str, Any]:
+    return {}
+
+
 class FakeNode:
     """Documents by index with versions; ``fail`` (a predicate on each call) makes the node unreachable for
     that call, ``after`` after applying it (the answer is lost)."""
 
     def __init__(self) -> None:
         self.settings = Settings()
+        # The Store's layout and routing lookups; this node has no shards, so every index answers "routed"
+        # without a call (the fail/after predicates see only the calls the code under test makes).
+        self.memory_layout = MemoryLayout()
+        self.layouts = IndexLayouts(_no_indices, url)
         self.indices: dict[str, dict[str, tuple[dict[str, Any], int]]] = {}
         self.seq = 0
         self.ops: list[tuple[str, str]] = []  # (action, index) of every bulk item, in order
