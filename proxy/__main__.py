@@ -20,6 +20,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # ``memproxy [flags]`` always has, and ``memproxy serve [flags]`` says so explicitly.
     if args and args[0] in COMMANDS:
         sys.exit(run(args))
+    if args[:1] == ["migrate-layout"]:
+        sys.exit(_migrate_layout(args[1:]))
     _serve(args[1:] if args[:1] == ["serve"] else args)
 
 
@@ -63,6 +65,37 @@ def _serve(argv: Sequence[str]) -> None:
         handler_cancellation=True,
         print=lambda _: print(f"memproxy listening on http://{settings.host}:{settings.port}", flush=True),
     )
+
+
+def _migrate_layout(argv: Sequence[str]) -> int:
+    """``memproxy migrate-layout INDEX... [--suffix S] [--batch N] [server flags]``: move legacy memory
+    indices into the routed layout (proxy.store.migrate; docs/data-model.md). It talks to OpenSearch with
+    the server's own connection flags; run it again after any failure to resume."""
+    import argparse
+    import json
+
+    from proxy.config import parse_settings
+    from proxy.store.client import Store
+    from proxy.store.migrate import DEFAULT_SUFFIX, migrate_layout
+
+    own = argparse.ArgumentParser(prog="memproxy migrate-layout")
+    own.add_argument("indices", nargs="+", metavar="INDEX", help="memory index names to migrate")
+    own.add_argument("--suffix", default=DEFAULT_SUFFIX, help="the new index is INDEX-SUFFIX")
+    own.add_argument("--batch", type=int, default=500, help="documents per copy request")
+    opts, rest = own.parse_known_args(argv)
+    settings = parse_settings(rest)
+
+    async def go() -> int:
+        store = Store(settings)
+        try:
+            for index in opts.indices:
+                report = await migrate_layout(store, index, suffix=opts.suffix, batch=opts.batch)
+                print(json.dumps(report.__dict__), flush=True)
+        finally:
+            await store.close()
+        return 0
+
+    return asyncio.run(go())
 
 
 def _new_loop(kind: str) -> asyncio.AbstractEventLoop:

@@ -129,6 +129,13 @@ class Settings:
     ocr_timeout_s: float = 300.0
     page_image_dpi: int = 150
     sync_max_chars: int = 100_000
+    # The layout of the shared memory indices memproxy creates (long-term, working, sessions, history, and
+    # GoodMem's memory records and page images; docs/data-model.md, "Index layout and sizing"): primaries and
+    # replicas, unless a container's own ``index_settings`` say otherwise. One primary holds ~10 M memories
+    # at 384 dimensions within the 50 GB a shard should not outgrow, and can be split later; one replica
+    # survives the loss of a node (a single node then reports yellow, which memproxy treats as healthy).
+    memory_shards: int = 1
+    memory_replicas: int = 1
 
     def __post_init__(self) -> None:
         # Credentials written into the URL become memproxy's own credentials and leave the URL: a URL with
@@ -272,6 +279,18 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
         "MEMPROXY_SYNC_MAX_CHARS",
         int,
         "longest text memory processed within its create request (longer: a background job)",
+    ),
+    (
+        "memory-shards",
+        "MEMPROXY_MEMORY_SHARDS",
+        int,
+        "primary shards of each shared memory index memproxy creates (default 1)",
+    ),
+    (
+        "memory-replicas",
+        "MEMPROXY_MEMORY_REPLICAS",
+        int,
+        "replicas of each shared memory index memproxy creates (default 1; small system indices auto-expand)",
     ),
     (
         "trusted-model-endpoints",
@@ -453,6 +472,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("memproxy: --ocr-timeout-s must be positive")
     if not 72 <= values.get("page_image_dpi", 150) <= 600:
         raise SystemExit("memproxy: --page-image-dpi must be between 72 and 600")
+    if not 1 <= values.get("memory_shards", 1) <= 1024:
+        raise SystemExit("memproxy: --memory-shards must be between 1 and 1024")
+    if values.get("memory_replicas", 0) < 0:
+        raise SystemExit("memproxy: --memory-replicas must be 0 or more")
     if "opensearch_url" in values:
         values["opensearch_url"] = values["opensearch_url"].rstrip("/")
     return Settings(**values)

@@ -66,9 +66,9 @@ def _index_settings(container: Container, memory_type: str) -> dict[str, Any]:
     return settings
 
 
-def primary_shards(container: Container, memory_type: str) -> int:
-    """How many primary shards the container's ``memory_type`` index was made with (1 unless its
-    ``index_settings`` say otherwise, nested or dotted)."""
+def primary_shards(container: Container, memory_type: str, default: int = 1) -> int:
+    """How many primary shards the container's ``memory_type`` index was made with (``default``, the
+    store's ``--memory-shards``, unless its ``index_settings`` say otherwise, nested or dotted)."""
 
     def find(settings: Mapping[str, Any]) -> Any:
         for key, value in settings.items():
@@ -81,9 +81,9 @@ def primary_shards(container: Container, memory_type: str) -> int:
         return None
 
     try:
-        return max(1, int(find(_index_settings(container, memory_type)) or 1))
+        return max(1, int(find(_index_settings(container, memory_type)) or default))
     except (TypeError, ValueError):
-        return 1
+        return default
 
 
 def _flat_keys(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -196,7 +196,10 @@ async def create_memory_indices(svc: Services, container: Container, types: Sequ
         index = container.index_name(memory_type)
         if index is None:
             continue
-        kwargs: dict[str, Any] = {"index_settings": _index_settings(container, memory_type)}
+        kwargs: dict[str, Any] = {
+            "index_settings": _index_settings(container, memory_type),
+            "layout": svc.store.memory_layout,
+        }
         if memory_type == "long-term":
             kwargs.update(
                 vector_fields=await _vector_specs(svc, container),

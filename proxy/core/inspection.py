@@ -66,7 +66,7 @@ async def _count(svc: Services, container: Container, memory_type: str) -> Memor
     if index is None:
         return MemoryTypeCount(memory_type, None, 0)
     try:
-        found = await count(svc.store, index, _scope(container))
+        found = await count(svc.store, index, _scope(container), routing=container.id)
     except IndexMissing:  # nothing of this type was written yet
         found = 0
     return MemoryTypeCount(memory_type, index, found)

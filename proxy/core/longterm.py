@@ -175,16 +175,17 @@ async def write_long_term(
         if upcoming.done() and not upcoming.cancelled():
             upcoming.exception()  # the next slice's own failure, if any: the first one is raised
         if written:
-            await _undo(svc, index, written, refresh)
+            await _undo(svc, index, container.id, written, refresh)
         raise
     return ids
 
 
-async def _undo(svc: Services, index: str, written: Sequence[str], refresh: bool | str) -> None:
+async def _undo(
+    svc: Services, index: str, container_id: str, written: Sequence[str], refresh: bool | str
+) -> None:
+    deletes: list[docs.BulkOp] = [("delete", index, doc_id, None) for doc_id in written]
     try:
-        await asyncio.shield(
-            docs.bulk(svc.store, [("delete", index, doc_id, None) for doc_id in written], refresh=refresh)
-        )
+        await asyncio.shield(docs.bulk(svc.store, deletes, refresh=refresh, routing=container_id))
     except Exception:  # the original failure is what the caller must see
         log.exception("could not undo %d long-term memories written before a bulk failure", len(written))
 

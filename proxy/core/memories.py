@@ -270,7 +270,7 @@ async def _load(
         _, found = await find_session(svc, container, index, memory_id)
     else:
         try:
-            found = await docs.get_doc(svc.store, index, memory_id)
+            found = await docs.get_doc(svc.store, index, memory_id, routing=container.id)
         except IndexMissing:
             found = None
     # Indices are shared by every container with the same prefix: another container's memory is not found.
@@ -337,7 +337,7 @@ async def delete_memory(
     svc: Services, container: Container, memory_type: str, memory_id: str
 ) -> dict[str, Any]:
     index, found = await _load(svc, container, memory_type, memory_id)
-    return await docs.delete_doc(svc.store, index, str(found["_id"]), refresh=False)
+    return await docs.delete_doc(svc.store, index, str(found["_id"]), refresh=False, routing=container.id)
 
 
 # --- search and delete by query --------------------------------------------------------------------

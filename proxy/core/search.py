@@ -141,6 +141,7 @@ def _knn(
         ef_search=search.ef_search,
         source_includes=search.source_includes,
         source_excludes=_source_excludes(search),
+        routing=search.container.id,
     )
 
 
@@ -217,6 +218,7 @@ async def hybrid_search_result(
         selection=_scoped(search),
         source_includes=search.source_includes,
         source_excludes=_source_excludes(search),
+        routing=search.container.id,
     )
     lexical, neural = await asyncio.gather(
         _or_none(lexical_leg), _or_none(_knn(svc, search, index, vector, with_min_score=False))

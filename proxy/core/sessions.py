@@ -32,7 +32,7 @@ async def find_session(
     fits = len(scoped.encode()) <= _MAX_DOC_ID_BYTES
     for doc_id in (scoped, session_id) if fits else (session_id,):
         try:
-            found = await docs.get_doc(svc.store, index, doc_id)
+            found = await docs.get_doc(svc.store, index, doc_id, routing=container.id)
         except IndexMissing:
             break
         if found is not None and found["_source"].get("memory_container_id") == container.id:

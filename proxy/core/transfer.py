@@ -223,7 +223,8 @@ async def _write(svc: Services, batch: Sequence[_Doc]) -> None:
     if not failed:
         return
     await store.delete_ids(
-        svc.store, [(d.index, d.id) for d, out in zip(batch, outcomes, strict=True) if not out.get("error")]
+        svc.store,
+        [(d.index, d.id, d.source) for d, out in zip(batch, outcomes, strict=True) if not out.get("error")],
     )
     doc, out = failed[0]
     if out.get("status") == 409:

@@ -39,9 +39,12 @@ from proxy.errors import (
     Unavailable,
 )
 from proxy.observability import current_request_id
+from proxy.store.layout import IndexLayouts
+from proxy.store.templates import MemoryLayout
 
 __all__ = [
     "CallObserver",
+    "IndexBlocked",
     "IndexExists",
     "IndexMissing",
     "NodeBadRequest",
@@ -112,6 +115,15 @@ class NodeConflict(OpenSearchError, Conflict):
     """409 from the node: a version conflict, or ``op_type=create`` on an existing id."""
 
 
+class IndexBlocked(OpenSearchError, Unavailable):
+    """403 ``cluster_block_exception``: the index takes no writes for now (a layout migration blocks the old
+    index until the alias switches): a 503 the client retries, not a refusal of its rights."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.status = Unavailable.status
+
+
 # The one status → kind map; a few error types refine their status's kind.
 _BY_STATUS: dict[int, type[OpenSearchError]] = {
     400: NodeBadRequest,
@@ -123,6 +135,7 @@ _BY_STATUS: dict[int, type[OpenSearchError]] = {
 _BY_TYPE: dict[tuple[int, str], type[OpenSearchError]] = {
     (400, "resource_already_exists_exception"): IndexExists,
     (404, "index_not_found_exception"): IndexMissing,
+    (403, "cluster_block_exception"): IndexBlocked,
 }
 
 
@@ -217,6 +230,9 @@ class Store:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        # The layout of the memory indices this store creates (docs/data-model.md, "Index layout").
+        self.memory_layout = MemoryLayout(shards=settings.memory_shards, replicas=settings.memory_replicas)
+        self.layouts = IndexLayouts(self.request, url)
         auth = None
         if settings.opensearch_username:
             auth = (settings.opensearch_username, settings.opensearch_password or "")

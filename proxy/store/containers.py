@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.store.client import IndexExists, IndexMissing, Store, url
+from proxy.store.client import IndexExists, IndexMissing, NodeBadRequest, Store, url
+from proxy.store.layout import LAYOUT_META_KEY, ROUTED_LAYOUT
 from proxy.store.memories import delete_by_query_deadline, search
 from proxy.store.query import Filter
 from proxy.store.query_dsl import compile_filter, container_term
 from proxy.store.search import ml_search
-from proxy.store.templates import render_index_body
+from proxy.store.templates import MemoryLayout, render_index_body
 
 __all__ = [
     "CONTAINER_INDEX",
@@ -52,6 +53,10 @@ async def create_index(store: Store, index: str, body: Mapping[str, Any]) -> boo
         await store.request("PUT", url(index), body=dict(body))
     except IndexExists:
         return False
+    except NodeBadRequest as exc:
+        if "already exists as alias" not in exc.message:
+            raise
+        return False  # the name of an index the layout migration moved (proxy.store.migrate)
     return True
 
 
@@ -65,6 +70,13 @@ async def delete_index(store: Store, index: str) -> bool:
         await store.request("DELETE", url(index))
     except IndexMissing:
         return False
+    except NodeBadRequest as exc:
+        if "matches an alias" not in exc.message:
+            raise
+        # A migrated index answers to its old name as an alias: the index behind it goes.
+        aliased = await store.request("GET", url("_alias", index))
+        for concrete in aliased:
+            await delete_index(store, concrete)
     return True
 
 
@@ -103,15 +115,20 @@ def render_memory_index(
     vector_fields: Sequence[Mapping[str, Any]] = (),
     meta: Mapping[str, Any] | None = None,
     metadata_mapping: Mapping[str, Any] | None = None,
+    layout: MemoryLayout | None = None,
 ) -> dict[str, Any]:
     body = render_index_body(
         _TEMPLATE_OF[memory_type],
         vector_fields=vector_fields,
         index_settings=index_settings,
         metadata_mapping=metadata_mapping if memory_type == "long-term" else None,
+        layout=layout,
     )
-    if meta:
-        body.setdefault("mappings", {}).setdefault("_meta", {}).update(meta)
+    # Every document memproxy writes to a memory index is routed by its container: the marker says so, for
+    # the processes that read this index later (proxy.store.layout) and for the layout migration.
+    recorded = body.setdefault("mappings", {}).setdefault("_meta", {})
+    recorded[LAYOUT_META_KEY] = dict(ROUTED_LAYOUT)
+    recorded.update(meta or {})
     return body
 
 
@@ -137,6 +154,7 @@ async def purge_container_documents(store: Store, container_id: str) -> int:
             "ignore_unavailable": "true",
             "allow_no_indices": "true",
             **delete_by_query_deadline(store),
+            **await store.layouts.params(MEMORY_INDEX_PATTERN, container_id),
         },
     )
     return int(res.get("deleted", 0))

@@ -21,7 +21,7 @@ from proxy.store.containers import CONTAINER_INDEX
 from proxy.store.memories import bulk, delete_by_query_deadline, search
 from proxy.store.query import Exists, Filter, Not, Or, Range, Term, Terms, all_of
 from proxy.store.query_dsl import compile_filter
-from proxy.store.templates import render_index_body
+from proxy.store.templates import MemoryLayout, render_index_body
 
 __all__ = [
     "APIKEYS",
@@ -64,10 +64,10 @@ _TEMPLATES = {
 _WILDCARD_PARAMS = {"expand_wildcards": "all", "ignore_unavailable": "true", "allow_no_indices": "true"}
 
 
-def _body(index: str) -> dict[str, Any]:
+def _body(index: str, layout: MemoryLayout) -> dict[str, Any]:
     # Memory records carry the same filterable ``metadata_index`` as chunks, so list filters match retrieve's.
     mapping = render_metadata_mapping() if index == MEMORIES else None
-    return render_index_body(_TEMPLATES[index], metadata_mapping=mapping)
+    return render_index_body(_TEMPLATES[index], metadata_mapping=mapping, layout=layout)
 
 
 def _query(where: Filter) -> dict[str, Any]:
@@ -146,7 +146,7 @@ class GoodMemIndices:
         async with self._lock:
             if index in self._ensured:
                 return
-            body = _body(index)
+            body = _body(index, self.store.memory_layout)
             try:
                 await self.store.request("PUT", url(index), body=body)
             except OpenSearchError as exc:

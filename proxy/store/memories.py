@@ -13,6 +13,10 @@ every caller:
 * a write that loses a race (``create`` on an existing id, a stale ``if_seq_no``) raises
   :class:`proxy.store.client.NodeConflict` (a ``Conflict``);
 * any other node error is the typed :class:`proxy.store.client.OpenSearchError` of its status.
+
+``routing`` (a container id, or several for a search) is the container the call stays within: the store
+sends it as the node's ``routing`` where the index takes it (:mod:`proxy.store.layout`), so a container's
+calls touch one shard; answers never show ``_routing``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.store.client import IndexMissing, NodeNotFound, Store, url
+from proxy.store.layout import CONTAINER_FIELD, strip_routing
 from proxy.store.query import Filter
 from proxy.store.query_dsl import compile_filter, container_term
 
@@ -69,11 +74,17 @@ def _refresh(refresh: bool | str) -> str:
     return "true" if refresh else "false"
 
 
+async def _routing(store: Store, index: str, routing: str | Iterable[str] | None) -> dict[str, str]:
+    layouts = getattr(store, "layouts", None)  # test doubles of the store have none
+    return await layouts.params(index, routing) if layouts is not None and routing is not None else {}
+
+
 async def index_doc(
     store: Store,
     index: str,
     doc: Mapping[str, Any],
     *,
+    routing: str | None = None,
     doc_id: str | None = None,
     create: bool = False,
     refresh: bool | str = True,
@@ -83,9 +94,13 @@ async def index_doc(
     """Write ``doc`` (a new id when ``doc_id`` is ``None``); the node's index answer (``_id``, ``_seq_no``…).
 
     ``create`` refuses to replace an existing ``doc_id`` and ``if_seq_no``/``if_primary_term`` a changed one,
-    both with ``NodeConflict``.
+    both with ``NodeConflict``. ``routing`` defaults to the document's container.
     """
+    container = doc.get(CONTAINER_FIELD)
     params: dict[str, Any] = {"refresh": _refresh(refresh)}
+    params.update(
+        await _routing(store, index, routing or (container if isinstance(container, str) else None))
+    )
     if create and doc_id is not None:
         params["op_type"] = "create"
     if if_seq_no is not None and if_primary_term is not None:
@@ -97,14 +112,19 @@ async def index_doc(
         )
     else:
         result = await store.request("PUT", url(index, "_doc", doc_id), body=dict(doc), params=params)
-    return result
+    return strip_routing(result)
 
 
-async def get_doc(store: Store, index: str, doc_id: str) -> dict[str, Any] | None:
+async def get_doc(
+    store: Store, index: str, doc_id: str, *, routing: str | None = None
+) -> dict[str, Any] | None:
     """The node's GET answer (``_source``, ``_seq_no``, ``_primary_term``), or ``None`` when the document is
     absent; ``IndexMissing`` when the index is."""
+    params = await _routing(store, index, routing)
     try:
-        result: dict[str, Any] = await store.request("GET", url(index, "_doc", doc_id))
+        result: dict[str, Any] = strip_routing(
+            await store.request("GET", url(index, "_doc", doc_id), params=params or None)
+        )
     except IndexMissing:
         raise
     except NodeNotFound:
@@ -120,57 +140,80 @@ async def update_doc(
     *,
     upsert: Mapping[str, Any] | None = None,
     refresh: bool | str = True,
+    routing: str | None = None,
 ) -> dict[str, Any]:
     """Set ``fields`` on a stored document; ``upsert`` is written instead when there is none (else a missing
     document is ``NodeNotFound``). The node's update answer."""
     body: dict[str, Any] = {"doc": dict(fields)}
     if upsert is not None:
         body["upsert"] = dict(upsert)
+        container = upsert.get(CONTAINER_FIELD)
+        routing = routing or (container if isinstance(container, str) else None)
+    params = {"refresh": _refresh(refresh), **await _routing(store, index, routing)}
     result: dict[str, Any] = await store.request(
-        "POST", url(index, "_update", doc_id), body=body, params={"refresh": _refresh(refresh)}
+        "POST", url(index, "_update", doc_id), body=body, params=params
     )
-    return result
+    return strip_routing(result)
 
 
-async def delete_doc(store: Store, index: str, doc_id: str, *, refresh: bool | str = False) -> dict[str, Any]:
+async def delete_doc(
+    store: Store, index: str, doc_id: str, *, refresh: bool | str = False, routing: str | None = None
+) -> dict[str, Any]:
     """The node's delete answer; a document gone already gives the node's ``"result": "not_found"`` answer."""
+    params = {"refresh": _refresh(refresh), **await _routing(store, index, routing)}
     try:
-        result: dict[str, Any] = await store.request(
-            "DELETE", url(index, "_doc", doc_id), params={"refresh": _refresh(refresh)}
+        result: dict[str, Any] = strip_routing(
+            await store.request("DELETE", url(index, "_doc", doc_id), params=params)
         )
     except NodeNotFound as exc:
         if isinstance(exc.body, dict) and exc.body.get("result") == "not_found":
-            return dict(exc.body)
+            return dict(strip_routing(exc.body))
         raise
     return result
 
 
 BulkOp = tuple[str, str, str | None, Mapping[str, Any] | None]
-"""(action, index, id, document): action is ``index``, ``create`` or ``delete``."""
+"""(action, index, id, document): action is ``index``, ``create`` or ``delete``; a delete's document, if
+given, is not sent: its container routes the delete."""
 
 
-def _bulk_lines(ops: Iterable[BulkOp]) -> str:
+def _bulk_lines(ops: Iterable[BulkOp], routed: Mapping[str, bool], routing: str | None) -> str:
     lines: list[str] = []
     for action, index, doc_id, doc in ops:
         meta: dict[str, Any] = {"_index": index}
         if doc_id is not None:
             meta["_id"] = doc_id
+        container = (doc or {}).get(CONTAINER_FIELD)
+        item_routing = container if isinstance(container, str) and container else routing
+        if item_routing and "," not in item_routing and routed.get(index):
+            meta["routing"] = item_routing
         lines.append(json.dumps({action: meta}, separators=(",", ":")))
         if action != "delete":
             lines.append(json.dumps(doc, separators=(",", ":"), ensure_ascii=False))
     return "\n".join(lines) + "\n"
 
 
-async def bulk(store: Store, ops: Iterable[BulkOp], *, refresh: bool | str = True) -> dict[str, Any]:
-    """One ``_bulk``; the node's answer: ``items`` say what each operation did, ``errors`` if any failed."""
+async def bulk(
+    store: Store, ops: Iterable[BulkOp], *, refresh: bool | str = True, routing: str | None = None
+) -> dict[str, Any]:
+    """One ``_bulk``; the node's answer: ``items`` say what each operation did, ``errors`` if any failed.
+    Each item is routed by its document's container, else by ``routing`` (a delete has no document)."""
+    ops = list(ops)
+    layouts = getattr(store, "layouts", None)
+    routed = {index: bool(layouts and await layouts.routed(index)) for index in {op[1] for op in ops}}
     result: dict[str, Any] = await store.request(
-        "POST", url("_bulk"), body=_bulk_lines(ops), params={"refresh": _refresh(refresh)}
+        "POST", url("_bulk"), body=_bulk_lines(ops, routed, routing), params={"refresh": _refresh(refresh)}
     )
     return result
 
 
 async def search(
-    store: Store, index: str, body: Mapping[str, Any], *, params: Mapping[str, Any] | None = None
+    store: Store,
+    index: str,
+    body: Mapping[str, Any],
+    *,
+    params: Mapping[str, Any] | None = None,
+    routing: str | Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """One ``_search`` of ``index`` (an index expression: a name, a pattern, a comma-separated list) with a
     body the store built (:mod:`proxy.store.query_dsl`); the node's answer. Every search memproxy sends goes
@@ -181,17 +224,18 @@ async def search(
     sent = dict(body)
     if "timeout" in deadline:
         sent["timeout"] = deadline["timeout"]
-    query = {**(params or {})}
+    query = {**(params or {}), **await _routing(store, index, routing)}
     if "cancel_after_time_interval" in deadline:
         query["cancel_after_time_interval"] = deadline["cancel_after_time_interval"]
     result: dict[str, Any] = await store.request("POST", url(index, "_search"), body=sent, params=query)
-    return result
+    return strip_routing(result)
 
 
-async def count(store: Store, index: str, selection: Filter) -> int:
+async def count(store: Store, index: str, selection: Filter, *, routing: str | None = None) -> int:
     """How many documents of ``index`` match ``selection``."""
     query = compile_filter(selection) or {"match_all": {}}
-    result = await store.request("POST", url(index, "_count"), body={"query": query})
+    params = await _routing(store, index, routing)
+    result = await store.request("POST", url(index, "_count"), body={"query": query}, params=params or None)
     return int(result.get("count", 0))
 
 
@@ -214,6 +258,7 @@ async def delete_by_query(
     if container_id is not None:
         query = {"bool": {"must": [query], "filter": [container_term(container_id)]}}
     params = {"refresh": _refresh(refresh), "conflicts": "proceed", **delete_by_query_deadline(store)}
+    params.update(await _routing(store, index, container_id))
     if ignore_missing:
         params.update({"ignore_unavailable": "true", "allow_no_indices": "true"})
     result: dict[str, Any] = await store.request(

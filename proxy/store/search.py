@@ -66,6 +66,7 @@ async def vector_search(
     ef_search: int | None = None,
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
+    routing: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One knn request on ``field`` with all of ``selection`` inside the knn clause, ``size`` = k; the node's
     answer (see :func:`proxy.store.query_dsl.vector_search_body`)."""
@@ -79,7 +80,7 @@ async def vector_search(
         source_includes=source_includes,
         source_excludes=source_excludes,
     )
-    return await search(store, index, body)
+    return await search(store, index, body, routing=routing)
 
 
 async def lexical_search(
@@ -92,6 +93,7 @@ async def lexical_search(
     selection: Filter,
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
+    routing: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """BM25 ``match`` of ``text`` on ``text_field`` under ``selection``, top ``size``; the node's answer."""
     body = bm25_search_body(
@@ -102,7 +104,7 @@ async def lexical_search(
         source_includes=source_includes,
         source_excludes=source_excludes,
     )
-    return await search(store, index, body)
+    return await search(store, index, body, routing=routing)
 
 
 async def ml_search(
@@ -121,7 +123,10 @@ async def ml_search(
     options (versions, ``_source``) apply.
     """
     return await search(
-        store, index, ml_request(body, container_id=container_id, neural_vectors=neural_vectors)
+        store,
+        index,
+        ml_request(body, container_id=container_id, neural_vectors=neural_vectors),
+        routing=container_id,
     )
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-__all__ = ["TEMPLATE_DIR", "VectorField", "render_index_body"]
+__all__ = ["MEMORY_TEMPLATES", "TEMPLATE_DIR", "MemoryLayout", "VectorField", "render_index_body"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "index_templates"
 
@@ -19,6 +20,32 @@ _env = jinja2.Environment(
     autoescape=False,
     keep_trailing_newline=True,
 )
+
+
+# The shared memory indices: they grow with the memories, so their shards and replicas follow the
+# operator's layout. Every other template (containers, jobs, models, GoodMem keys, users, grants,
+# embedders, system) is a small system-like index that keeps one primary and ``auto_expand_replicas: 0-all``
+# (a copy on every node, read locally, never worth a second primary).
+MEMORY_TEMPLATES = frozenset(
+    {"long_term", "working", "sessions", "history", "goodmem_memories", "goodmem_pages"}
+)
+
+
+@dataclass(frozen=True)
+class MemoryLayout:
+    """Primaries and replicas of a memory index memproxy creates (--memory-shards, --memory-replicas)."""
+
+    shards: int = 1
+    replicas: int = 1
+
+    def apply(self, index_settings: Mapping[str, Any]) -> dict[str, Any]:
+        """``index_settings`` (flat, without ``index.``) with this layout where they say nothing: a
+        container's own ``number_of_shards``, ``number_of_replicas`` or ``auto_expand_replicas`` win."""
+        settings: dict[str, Any] = {"number_of_shards": str(self.shards)}
+        if "auto_expand_replicas" not in index_settings:
+            settings["number_of_replicas"] = str(self.replicas)
+        settings.update(index_settings)
+        return settings
 
 
 def VectorField(name: str, dimension: int) -> dict[str, Any]:
@@ -33,11 +60,16 @@ def render_index_body(
     vector_fields: Sequence[Mapping[str, Any]] = (),
     index_settings: Mapping[str, Any] | None = None,
     metadata_mapping: Mapping[str, Any] | None = None,
+    layout: MemoryLayout | None = None,
 ) -> dict[str, Any]:
-    """Render ``index_templates/<kind>.json.j2`` into an index-creation body."""
+    """Render ``index_templates/<kind>.json.j2`` into an index-creation body; a memory index
+    (:data:`MEMORY_TEMPLATES`) gets ``layout``'s shards and replicas (the defaults without one)."""
+    flat = _flat_index_settings(index_settings or {})
+    if kind in MEMORY_TEMPLATES:
+        flat = (layout or MemoryLayout()).apply(flat)
     text = _env.get_template(f"{kind}.json.j2").render(
         vector_fields=list(vector_fields),
-        index_settings=_flat_index_settings(index_settings or {}),
+        index_settings=flat,
         metadata_mapping=metadata_mapping,
     )
     body: dict[str, Any] = json.loads(text)

@@ -77,10 +77,13 @@ async def create_all(
     return [next(iter(item.values())) for item in res.get("items", [])]
 
 
-async def delete_ids(store: Store, docs: Sequence[tuple[str, str]]) -> None:
-    """Delete (index, id) pairs in one ``_bulk`` (undoing a batch that was partly written)."""
+async def delete_ids(store: Store, docs: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
+    """Delete (index, id, source) documents in one ``_bulk`` (undoing a batch that was partly written); the
+    source is not sent, it names the container each delete is routed by."""
     if docs:
-        await bulk(store, [("delete", index, doc_id, None) for index, doc_id in docs], refresh=False)
+        await bulk(
+            store, [("delete", index, doc_id, source) for index, doc_id, source in docs], refresh=False
+        )
 
 
 async def refresh(store: Store, indices: Iterable[str]) -> None:

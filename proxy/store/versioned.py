@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.store.client import IndexMissing, Store, url
+from proxy.store.layout import CONTAINER_FIELD
 from proxy.store.memories import search
 from proxy.store.query import Filter
 from proxy.store.query_dsl import compile_filter
@@ -34,12 +35,18 @@ def _versioned(doc: Mapping[str, Any]) -> Versioned:
     return Versioned(str(doc["_id"]), doc.get("_source") or {}, doc.get("_seq_no"), doc.get("_primary_term"))
 
 
-async def mget_versioned(store: Store, index: str, ids: Sequence[str]) -> dict[str, Versioned]:
-    """The documents that exist, by id, with their versions (a realtime read; {} when the index does not)."""
+async def mget_versioned(
+    store: Store, index: str, ids: Sequence[str], *, routing: str | None = None
+) -> dict[str, Versioned]:
+    """The documents that exist, by id, with their versions (a realtime read; {} when the index does not);
+    ``routing``: the container they belong to (:mod:`proxy.store.layout`)."""
     if not ids:
         return {}
+    params = await store.layouts.params(index, routing) if routing is not None else {}
     try:
-        res = await store.request("POST", url(index, "_mget"), body={"ids": list(dict.fromkeys(ids))})
+        res = await store.request(
+            "POST", url(index, "_mget"), body={"ids": list(dict.fromkeys(ids))}, params=params or None
+        )
     except IndexMissing:
         return {}
     return {d["_id"]: _versioned(d) for d in res.get("docs", []) if d.get("found")}
@@ -79,8 +86,12 @@ async def _conditional_bulk(
     refresh: bool,
 ) -> list[dict[str, Any]]:
     lines: list[str] = []
+    routed = await store.layouts.routed(index)
     for doc, body in docs:
         meta: dict[str, Any] = {"_index": index, "_id": doc.id}
+        container = doc.source.get(CONTAINER_FIELD)
+        if routed and isinstance(container, str) and container and "," not in container:
+            meta["routing"] = container
         if doc.seq_no is not None and doc.primary_term is not None:
             meta["if_seq_no"], meta["if_primary_term"] = doc.seq_no, doc.primary_term
         lines.append(json.dumps({action: meta}, separators=(",", ":")))

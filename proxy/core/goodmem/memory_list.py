@@ -99,8 +99,13 @@ async def _records(gm: GoodMem, hits: list[dict[str, Any]]) -> list[MemoryRecord
     return out
 
 
-def _single_shard(container: Container) -> bool:
-    return container.index_name("long-term") is None or primary_shards(container, "long-term") == 1
+def _single_shard(gm: GoodMem, container: Container) -> bool:
+    """Whether ``_index`` + ``_seq_no`` tell a space's memories apart: the records index and the long-term
+    index each have one primary (sequence numbers are per shard)."""
+    shards = gm.svc.store.memory_layout.shards
+    if shards != 1:
+        return False
+    return container.index_name("long-term") is None or primary_shards(container, "long-term", shards) == 1
 
 
 def _after(token: str | None, order: SpaceOrder) -> list[Any] | None:
@@ -121,7 +126,7 @@ async def list_memories(
     """Memories of a space the caller may list (LIST_MEMORY) and read (READ_MEMORY, else an empty page)."""
     container = await read_space(gm, principal, space_id, "LIST_MEMORY")
     clause = _clause(query.filter)
-    order = SpaceOrder(query.sort_field, query.descending, _single_shard(container))
+    order = SpaceOrder(query.sort_field, query.descending, _single_shard(gm, container))
     after = _after(query.next_token, order)
     size = Window.of(query.max_results, None, default=50, high=500).size
     if not await can_access_space(gm, principal, container, "READ_MEMORY"):
@@ -147,7 +152,7 @@ async def _delete_selected(gm: GoodMem, principal: Principal, selector: MemorySe
     """Every memory the selector matches, a page at a time; a page is deleted before the next is read."""
     container = await read_space(gm, principal, selector.space_id, "DELETE_MEMORY")
     clause = _clause(selector.filter)
-    order = SpaceOrder("created_time", single_shard=_single_shard(container))
+    order = SpaceOrder("created_time", single_shard=_single_shard(gm, container))
     deleted = 0
     after: list[Any] | None = None
     while True:

@@ -71,7 +71,7 @@ async def _chunks_present(gm: GoodMem, write: InterruptedWrite) -> int:
     index = write.container.index_name("long-term")
     if index is None or not write.chunk_ids:
         return 0
-    found = await mget_versioned(gm.store, index, write.chunk_ids)
+    found = await mget_versioned(gm.store, index, write.chunk_ids, routing=write.container.id)
     return sum(1 for v in found.values() if v.source.get("memory_container_id") == write.container.id)
 
 

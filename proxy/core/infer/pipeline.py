@@ -327,12 +327,14 @@ async def apply_plan(svc: Services, container: Container, req: InferRequest, pla
             for i, d in enumerate(updates):
                 fields = {"memory": d.text, "last_updated_time": now, **{n: v[i] for n, v in vectors.items()}}
                 try:
-                    await docs.update_doc(svc.store, index, d.memory_id, fields, refresh=True)
+                    await docs.update_doc(
+                        svc.store, index, d.memory_id, fields, refresh=True, routing=container.id
+                    )
                 except NodeNotFound:
                     log.info("infer: memory %s was deleted before its update was applied", d.memory_id)
         for d in s.decisions:
             if d.event == "DELETE":
-                await docs.delete_doc(svc.store, index, d.memory_id, refresh=True)
+                await docs.delete_doc(svc.store, index, d.memory_id, refresh=True, routing=container.id)
         if history is None:
             continue
         records: list[tuple[Decision | None, dict[str, Any]]] = [
