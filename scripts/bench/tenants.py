@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.store.containers import CONTAINER_INDEX
+from proxy.store.layout import routed_by_layout
 from scripts.bench.common import (
     DEFAULT_OPENSEARCH_URL,
     Node,
@@ -74,10 +75,9 @@ def long_term(prefix: str) -> str:
 
 
 async def routed_layout(node: Node, index: str) -> bool:
-    """Whether memproxy's layout routes this index's documents by container (more than one primary: a
-    container's memories then live on one shard, and a search names it as ``routing``)."""
-    flat = await node.request("GET", f"/{index}/_settings", params={"flat_settings": "true"})
-    return int(flat[index]["settings"]["index.number_of_shards"]) > 1
+    """Whether memproxy routes this index's documents by container (``proxy.store.layout``: its layout
+    marker, or one primary): the load then writes with ``routing``, and the node recall searches with it."""
+    return routed_by_layout((await node.request("GET", f"/{index}"))[index])
 
 
 async def create_containers(
@@ -131,6 +131,7 @@ async def create_containers(
         "via_api": len(by_api),
         "api_creates_per_s": (len(by_api) - 1) / api_s if api_s else None,
         "copied": len(copies),
+        "sample_ids": [ids[0], *(ids[j] for j in copies[:1])],
         "copied_ids": [ids[j] for j in copies],
         "api_ids": [ids[j] for j in by_api],
     }
@@ -157,7 +158,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with watch.phase("generate vectors"):
         tenancy = Tenancy.make(args.n, args.containers, args.min_size, args.max_size, args.seed)
     prefix = f"bench-tenants-{uuid.uuid4().hex[:8]}"
-    process = None if args.proxy_url else start_proxy(args.url)
+    process = None if args.proxy_url else start_proxy(args.url, args.proxy_arg)
     proxy = Proxy(args.proxy_url if process is None else process.url)
     created: dict[str, list[str]] = {"api_ids": [], "copied_ids": []}
     try:
@@ -185,6 +186,7 @@ async def _measure(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     embedder = await proxy.default_embedder()
+    tenancy.owner_id = str((await proxy.json("GET", "/v1/users/me"))["userId"])
     stats = await node.request("GET", "/_nodes/stats/jvm")
     info: dict[str, Any] = {
         "opensearch": await node.version(),
@@ -261,6 +263,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--url", default=DEFAULT_OPENSEARCH_URL, help="OpenSearch (default $OPENSEARCH_URL)")
     p.add_argument("--proxy-url", default="", help="a running memproxy on --url (default: start one)")
     p.add_argument("--api-key", default="", help="its GoodMem root key (default: init or mint one)")
+    p.add_argument(
+        "--proxy-arg",
+        action="append",
+        default=[],
+        help="a flag for the memproxy started here, repeatable: --proxy-arg=--memory-shards --proxy-arg=3",
+    )
     p.add_argument("--n", type=int, default=2_000_000, help="memories in all")
     p.add_argument("--containers", type=int, default=10_000)
     p.add_argument("--min-size", type=int, default=10, help="memories in the smallest container")

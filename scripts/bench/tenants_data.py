@@ -84,6 +84,7 @@ class Tenancy:
     vectors: np.ndarray  # (total, DIM) float32, the values the JSON carries
     write_order: np.ndarray  # a seeded permutation of the rows: tenants write interleaved
     ids: list[str]  # the container ids, once created through memproxy
+    owner_id: str = ""  # who writes the memories (memproxy records the caller's user id)
 
     @classmethod
     def make(cls, total: int, containers: int, smallest: int, largest: int, seed: int) -> Tenancy:
@@ -108,7 +109,7 @@ class Tenancy:
 # --------------------------------------------------------------------------------------------- documents
 
 
-def memory_source(container_id: str, row: int, now_ms: int) -> dict[str, Any]:
+def memory_source(container_id: str, row: int, now_ms: int, owner_id: str) -> dict[str, Any]:
     """The long-term document memproxy writes for ``_memproxy_bulk`` (``proxy.core.longterm._document``: its
     keys, in its order), without the vector; tests/test_bench_tenants.py compares the keys with a real write.
     GoodMem retrieve shows such a document as a memory of one chunk (proxy.core.goodmem.records)."""
@@ -117,6 +118,7 @@ def memory_source(container_id: str, row: int, now_ms: int) -> dict[str, Any]:
         "strategy_type": "SEMANTIC",
         "namespace": {"user_id": f"u{row % 3}"},
         "namespace_size": 1,
+        "owner_id": owner_id,
         "memory_container_id": container_id,
         "created_time": now_ms,
         "last_updated_time": now_ms,
@@ -133,7 +135,7 @@ def bulk_body(
         action: dict[str, Any] = {"_index": index, "_id": row_id(row)}
         if routed:
             action["routing"] = container_id
-        source = memory_source(container_id, row, now_ms)
+        source = memory_source(container_id, row, now_ms, tenancy.owner_id)
         source[FIELD] = tenancy.vectors[row]
         parts.append(orjson.dumps({"create": action}))
         parts.append(orjson.dumps(source, option=orjson.OPT_SERIALIZE_NUMPY))
