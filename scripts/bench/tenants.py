@@ -158,7 +158,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with watch.phase("generate vectors"):
         tenancy = Tenancy.make(args.n, args.containers, args.min_size, args.max_size, args.seed)
     prefix = f"bench-tenants-{uuid.uuid4().hex[:8]}"
-    process = None if args.proxy_url else start_proxy(args.url, args.proxy_arg)
+    # One benchmark caller stands in for every tenant's clients: its retrieves must not hit the per-caller
+    # cap (--retrieve-max-per-caller, 8 by default: 429 at 32 clients).
+    flags = ["--retrieve-max-per-caller", str(max(8, *args.concurrency)), *args.proxy_arg]
+    process = None if args.proxy_url else start_proxy(args.url, flags)
     proxy = Proxy(args.proxy_url if process is None else process.url)
     created: dict[str, list[str]] = {"api_ids": [], "copied_ids": []}
     try:
@@ -305,7 +308,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.n, args.containers, args.max_size = min(args.n, 20_000), min(args.containers, 1000), 2000
         args.requests, args.rounds, args.queries, args.warm_up = 40, 2, 40, 5
-        args.recall_containers, args.recall_queries = 10, 20
+        args.recall_containers, args.recall_queries, args.api_creates = 10, 20, 50
     unknown = set(args.quantized) - set(QUANTIZED)
     if unknown:
         p.error(f"--quantized: unknown {sorted(unknown)} (choose from {sorted(QUANTIZED)})")
