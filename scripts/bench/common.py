@@ -557,9 +557,11 @@ class Proxy:
         first: dict[str, Any] = health["proxy"]["embedders"][0]
         return first
 
-    async def create_container(self, index_prefix: str, embedder_id: str, dimension: int) -> str:
+    async def create_container(
+        self, index_prefix: str, embedder_id: str, dimension: int, name: str | None = None
+    ) -> str:
         body = {
-            "name": f"bench {index_prefix}",
+            "name": name or f"bench {index_prefix}",
             "configuration": {
                 "embedding_model_type": "TEXT_EMBEDDING",
                 "embedding_model_id": embedder_id,
