@@ -176,6 +176,12 @@ def writer(side: Side, corpus: Corpus, rows: range, strategy_id: str) -> Callabl
     return memproxy if side.name == "memproxy" else ml_commons
 
 
+def _query(corpus: Corpus, i: int) -> tuple[str, str]:
+    """The i-th query (text, user), cycling."""
+    text, user = corpus.queries[i % len(corpus.queries)]
+    return text, user
+
+
 def searcher(side: Side, text: str, user: str, k: int) -> Callable[[], Awaitable[list[str]]]:
     """One ``_semantic_search`` of ``side``; returns the texts of the hits, best first."""
     body = {"query": text, "k": k, "namespace": {"user_id": user}}
@@ -352,14 +358,13 @@ async def latency(
 ) -> dict[int, dict[str, LatencySeries]]:
     """Per concurrency level: ``--rounds`` rounds of ``--requests`` queries on each side, ABAB…"""
     out: dict[int, dict[str, LatencySeries]] = {}
-    nq = len(corpus.queries)
     for concurrency in args.concurrency:
         series = {s: LatencySeries() for s in SIDES}
         for r in tqdm(range(args.rounds), desc=f"latency, concurrency {concurrency}"):
             offset = r * args.requests
             for name in _order(r):
                 calls = [
-                    searcher(sides[name], *corpus.queries[(offset + j) % nq], args.k)
+                    searcher(sides[name], *_query(corpus, offset + j), args.k)
                     for j in range(args.requests)
                 ]
                 lat, wall, _ = await run_concurrent(calls, concurrency)
@@ -399,7 +404,9 @@ def quality(
     position = {t: i for i, t in enumerate(corpus.texts)}
     rows_of = {u: corpus.rows_of(u) for u in {u for _, u in corpus.queries}}
     keys = ("recall", "hits", "expected", "post")
-    per = {s: {c: {key: [] for key in keys} for c in (*CLASSES, "all")} for s in SIDES}
+    per: dict[str, dict[str, dict[str, list[float]]]] = {
+        s: {c: {key: [] for key in keys} for c in (*CLASSES, "all")} for s in SIDES
+    }
     for name in SIDES:
         scores = qvecs @ vectors[name].T
         for qi, (_, user) in enumerate(corpus.queries):
@@ -502,21 +509,21 @@ def report(
     ]
     ratios = []
     for concurrency, series in lat.items():
-        a, b = latency_summary(series[mp].latencies), latency_summary(series[ref].latencies)
+        pa, pb = latency_summary(series[mp].latencies), latency_summary(series[ref].latencies)
         per_round = [r["p50 ratio"] for r in round_rows if r["concurrency"] == concurrency]
         ratios += [
             {
                 "metric": f"_semantic_search p50, concurrency {concurrency}",
-                "memproxy": a["p50_ms"],
-                "ml-commons": b["p50_ms"],
-                "ratio": _ratio(a["p50_ms"], b["p50_ms"]),
+                "memproxy": pa["p50_ms"],
+                "ml-commons": pb["p50_ms"],
+                "ratio": _ratio(pa["p50_ms"], pb["p50_ms"]),
                 "per-round ratios": ", ".join(f"{x:.2f}" for x in per_round),
             },
             {
                 "metric": f"_semantic_search p99, concurrency {concurrency}",
-                "memproxy": a["p99_ms"],
-                "ml-commons": b["p99_ms"],
-                "ratio": _ratio(a["p99_ms"], b["p99_ms"]),
+                "memproxy": pa["p99_ms"],
+                "ml-commons": pb["p99_ms"],
+                "ratio": _ratio(pa["p99_ms"], pb["p99_ms"]),
                 "per-round ratios": ", ".join(
                     f"{r['p99 ratio']:.2f}" for r in round_rows if r["concurrency"] == concurrency
                 ),
@@ -610,7 +617,7 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                 qvecs = await embed_queries(mp_api, embedder["id"], [t for t, _ in corpus.queries])
                 for name in SIDES:
                     warm = [
-                        searcher(sides[name], *corpus.queries[i % args.queries], args.k)
+                        searcher(sides[name], *_query(corpus, i), args.k)
                         for i in range(args.warm_up)
                     ]
                     await run_concurrent(warm, 4, progress=f"warm-up, {name}")
