@@ -364,8 +364,7 @@ async def latency(
             offset = r * args.requests
             for name in _order(r):
                 calls = [
-                    searcher(sides[name], *_query(corpus, offset + j), args.k)
-                    for j in range(args.requests)
+                    searcher(sides[name], *_query(corpus, offset + j), args.k) for j in range(args.requests)
                 ]
                 lat, wall, _ = await run_concurrent(calls, concurrency)
                 s = series[name]
@@ -616,10 +615,7 @@ async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
                 vectors = {name: await stored_vectors(side, corpus) for name, side in sides.items()}
                 qvecs = await embed_queries(mp_api, embedder["id"], [t for t, _ in corpus.queries])
                 for name in SIDES:
-                    warm = [
-                        searcher(sides[name], *_query(corpus, i), args.k)
-                        for i in range(args.warm_up)
-                    ]
+                    warm = [searcher(sides[name], *_query(corpus, i), args.k) for i in range(args.warm_up)]
                     await run_concurrent(warm, 4, progress=f"warm-up, {name}")
                 lat = await latency(sides, corpus, args)
                 predicts.append(await predict_calls(ref_node, models["embedding_model_id"]))
