@@ -203,7 +203,8 @@ async def _close_when_draining(request: web.Request, response: web.StreamRespons
     # A stopping process answers the request in hand and says "Connection: close": the client opens its next
     # connection to a process that stays, instead of finding this one gone (proxy.serve.worker).
     # aiohttp has written the Connection header into the response's headers before this hook runs.
-    if request.app[DRAINING].is_set():
+    # config_dict, not request.app: a route of a sub-application (the console's) sees its own app there.
+    if request.config_dict[DRAINING].is_set():
         response.force_close()
         response.headers["Connection"] = "close"
 
