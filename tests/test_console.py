@@ -223,6 +223,20 @@ def sent_searches(driver: Any) -> list[dict[str, Any]]:
     return bodies
 
 
+def scored_search(bodies: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], list[float]]:
+    """(body, filter, vector) of the vector search that scored the hits. A filtered set within
+    ``--exact-search-threshold`` is scored exactly: the page then shows the count that chose that path
+    (``size: 0``, the same filter) and a ``script_score`` over the filter; a bigger set, the knn query with
+    the filter inside its clause. Either way the filter is part of the scored query, never a post-filter."""
+    (body,) = [b for b in bodies if b.get("size") != 0 and "must" not in b["query"].get("bool", {})]
+    if "knn" in body["query"]:
+        knn = body["query"]["knn"]["memory_embedding"]
+        return body, knn["filter"], knn["vector"]
+    scored = body["query"]["script_score"]
+    (compiled,) = scored["query"]["bool"]["filter"]
+    return body, compiled, scored["script"]["params"]["query_value"]
+
+
 # --- the tests ------------------------------------------------------------------------------------------
 
 
@@ -310,11 +324,10 @@ def test_a_goodmem_filtered_retrieve_shows_its_hits_and_the_knn_filter(world: Wo
     texts = [h.find_element("css selector", "td.text").text for h in all_css(browser, "#hits tr.hit")]
     assert sorted(texts) == sorted(t for t, meta in SPACE_MEMORIES.values() if meta["city"] == "Manila")
     assert texts[0] == SPACE_MEMORIES["manila"][0]
-    (body,) = sent_searches(browser)
-    knn = body["query"]["knn"]["memory_embedding"]
-    assert knn["k"] == 10 and len(knn["vector"]) == 384
-    compiled = json.dumps(knn["filter"])
-    assert "Manila" in compiled and world.space_id in compiled  # the filter and the space, inside the knn
+    body, scope, vector = scored_search(sent_searches(browser))
+    assert body["size"] == 10 and len(vector) == 384
+    compiled = json.dumps(scope)
+    assert "Manila" in compiled and world.space_id in compiled  # filter and space, in the scored query
     screenshot(browser, "search-retrieve")
 
 
@@ -331,14 +344,14 @@ def test_a_namespace_filtered_semantic_search_filters_inside_the_knn_clause(
     assert texts[0] == ALICE[0]
     scores = [float(h.find_element("css selector", "td.score").text.split()[0]) for h in hits]
     assert scores == sorted(scores, reverse=True) and 0.5 < scores[-1] <= scores[0] <= 1.0
-    (body,) = sent_searches(browser)
-    assert set(body["query"]) == {"knn"}  # no post-filter beside the knn clause
-    knn_filter = body["query"]["knn"]["memory_embedding"]["filter"]
+    body, knn_filter, _ = scored_search(sent_searches(browser))
+    assert len(body["query"]) == 1 and "post_filter" not in body  # no post-filter beside the scored query
     assert {"term": {"namespace.user_id": "alice"}} in knn_filter["bool"]["filter"]
     assert {"term": {"memory_container_id": world.container_id}} in knn_filter["bool"]["filter"]
     assert body["_source"]["excludes"][0] == "memory_embedding"
-    readable = by_css(browser, "#requests .sent.search pre.dsl").text
-    assert "<384 numbers>" in readable
+    # The readable view abbreviates the query vector (the count that chose the path has none).
+    readable = [block.text for block in all_css(browser, "#requests .sent.search pre.dsl")]
+    assert any("<384 numbers>" in text for text in readable)
     screenshot(browser, "search-semantic")
 
     # Hybrid: a BM25 leg and a knn leg, both under the same namespace filter, fused by memproxy.
@@ -346,11 +359,10 @@ def test_a_namespace_filtered_semantic_search_filters_inside_the_knn_clause(
     texts = [h.find_element("css selector", "td.text").text for h in all_css(browser, "#hits tr.hit")]
     assert sorted(texts) == sorted(BOB)
     legs = sent_searches(browser)
-    (lexical,) = [b for b in legs if "bool" in b["query"]]
-    (neural,) = [b for b in legs if "knn" in b["query"]]
+    (lexical,) = [b for b in legs if "must" in b["query"].get("bool", {})]
+    _, neural_filter, _ = scored_search(legs)
     assert lexical["query"]["bool"]["must"] == [{"match": {"memory": "green tea"}}]
     (lexical_filter,) = lexical["query"]["bool"]["filter"]
-    neural_filter = neural["query"]["knn"]["memory_embedding"]["filter"]
     for compiled in (lexical_filter, neural_filter):
         assert {"term": {"namespace.user_id": "bob"}} in compiled["bool"]["filter"]
 
