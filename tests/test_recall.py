@@ -27,6 +27,8 @@ from proxy.core.services import Services
 from proxy.store.client import Store
 from proxy.store.query import all_of, term_map
 from proxy.store.templates import VectorField, render_index_body
+from tests.support.recall_corpus import container as recall_container
+from tests.support.recall_corpus import embedding_like
 
 N, DIM, K, QUERIES = 10_000, 384, 10, 30
 # namespace.user_id groups: (value, documents); every other document belongs to one of 97 "other" users.
@@ -43,16 +45,6 @@ CASES: list[tuple[str, dict[str, str] | None]] = [
     *((f"{size} docs", {"user_id": name}) for name, size in TINY),
     ("no docs", {"user_id": "nobody"}),
 ]
-
-
-def embedding_like(n: int, seed: int) -> np.ndarray:
-    """Unit vectors of intrinsic dimension 32 (real sentence embeddings are low-dimensional too), rounded
-    to the 6 decimals the JSON carries so that the oracle sees the node's numbers."""
-    basis = np.random.default_rng(0).standard_normal((32, DIM)) / np.sqrt(32)
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, 32)) @ basis + 0.1 * rng.standard_normal((n, DIM)) / np.sqrt(DIM)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    return np.round(x, 6)
 
 
 @dataclass(frozen=True)
@@ -90,17 +82,6 @@ def _namespaces(seed: int) -> list[dict[str, str]]:
     return [{"user_id": str(u), "agent_id": str(a)} for u, a in zip(users, agents, strict=True)]
 
 
-def _container(prefix: str) -> Container:
-    config = {
-        "embedding_model_type": "TEXT_EMBEDDING",
-        "embedding_model_id": "recall-test",
-        "embedding_dimension": DIM,
-        "index_prefix": prefix,
-        "use_system_index": False,
-    }
-    return Container(str(uuid.uuid4()), "recall", None, 0, 0, config)
-
-
 def _actions(
     index: str, container_id: str, vectors: np.ndarray, namespaces: list[dict[str, str]], tag: str
 ) -> Iterator[dict[str, Any]]:
@@ -123,7 +104,7 @@ def _actions(
 
 @pytest.fixture(scope="module")
 def corpus(opensearch_url: str) -> Iterator[Corpus]:
-    container = _container(f"memproxy-recall-{uuid.uuid4().hex[:8]}")
+    container = recall_container(f"memproxy-recall-{uuid.uuid4().hex[:8]}", "recall")
     index = cast(str, container.index_name("long-term"))
     client = OpenSearch(hosts=[opensearch_url], timeout=120)
     client.indices.create(

@@ -20,12 +20,14 @@ from opensearchpy import OpenSearch, helpers
 from proxy.core.container_record import Container
 from proxy.store.templates import VectorField, render_index_body
 
-__all__ = ["DIM", "DupCorpus", "build_dup_corpus", "container", "oracle_scores"]
+__all__ = ["DIM", "DupCorpus", "build_dup_corpus", "container", "embedding_like", "oracle_scores"]
 
 DIM = 384
 
 
-def _embedding_like(n: int, seed: int) -> np.ndarray:
+def embedding_like(n: int, seed: int) -> np.ndarray:
+    """Unit vectors of intrinsic dimension 32 (real sentence embeddings are low-dimensional too), rounded
+    to the 6 decimals the JSON carries so that the oracle sees the node's numbers."""
     basis = np.random.default_rng(0).standard_normal((32, DIM)) / np.sqrt(32)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, 32)) @ basis + 0.1 * rng.standard_normal((n, DIM)) / np.sqrt(DIM)
@@ -75,8 +77,8 @@ def _docs(cid: str, vectors: np.ndarray, users: list[str], index: str) -> Iterat
 
 def _corpus(distinct: int, facts: int, copies: tuple[int, int], seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    base = _embedding_like(distinct, seed)
-    fact_vectors = _embedding_like(facts, seed + 100)
+    base = embedding_like(distinct, seed)
+    fact_vectors = embedding_like(facts, seed + 100)
     dup = np.repeat(fact_vectors, rng.integers(*copies, facts), axis=0)
     rows = np.concatenate([base, dup])
     return rows[rng.permutation(len(rows))]
@@ -121,7 +123,7 @@ def build_dup_corpus(opensearch_url: str) -> Iterator[DupCorpus]:
         users_of: dict[str, list[str]] = {}
         for cid in (small.id, big.id):
             ids[cid], vectors[cid], users_of[cid] = _read_back(client, index, cid)
-        queries = np.concatenate([vectors[small.id][:20], _embedding_like(10, 7)])
+        queries = np.concatenate([vectors[small.id][:20], embedding_like(10, 7)])
         yield DupCorpus(index, small, big, ids, vectors, users_of, queries)
     finally:
         client.indices.delete(index=index, ignore_unavailable=True)
