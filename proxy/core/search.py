@@ -29,7 +29,6 @@ from proxy.store.client import IndexMissing
 from proxy.store.query import And, Filter, Hit, Not, Or, RawDsl, Term, all_of
 
 __all__ = [
-    "DEFAULT_EXACT_SEARCH_THRESHOLD",
     "MAX_K",
     "SearchResult",
     "check_caller_dsl",
@@ -41,8 +40,6 @@ __all__ = [
 ]
 
 MAX_K = 10_000
-# Filtered sets of at most this many memories are scored exactly (Settings.exact_search_threshold).
-DEFAULT_EXACT_SEARCH_THRESHOLD = 1000
 # neural-search's min-max: the lowest score of a leg maps to this instead of 0, a lone result to 1.
 MIN_NORMALIZED = 0.001
 INTERNAL_SOURCE_FIELDS = ("metadata_index",)
@@ -81,7 +78,7 @@ def check_caller_dsl(svc: Services, value: Filter | Mapping[str, Any], *, where:
     """400 unless a caller's Query DSL is on the allowlist (:mod:`proxy.store.dsl_policy`): a whole
     ``_search`` body, or the ``RawDsl`` clauses of a filter tree (named ``where`` in the 400). Scripts pass
     only when the operator allowed them (``--allow-scripts``)."""
-    allow_scripts = bool(getattr(getattr(svc.store, "settings", None), "allow_scripts", False))
+    allow_scripts = svc.store.settings.allow_scripts
     if isinstance(value, Mapping):
         dsl_policy.check_search_body(value, allow_scripts=allow_scripts)
         return
@@ -140,8 +137,7 @@ async def _or_none(answer: Awaitable[T]) -> T | None:
 
 def exact_search_threshold(svc: Services) -> int:
     """The largest filtered set scored exactly (``--exact-search-threshold``; 0: always the graph)."""
-    settings = getattr(svc.store, "settings", None)
-    return int(getattr(settings, "exact_search_threshold", DEFAULT_EXACT_SEARCH_THRESHOLD))
+    return svc.store.settings.exact_search_threshold
 
 
 async def _exact_wanted(svc: Services, search: VectorSearch, index: str) -> bool | None:

@@ -53,8 +53,8 @@ def search_deadline(store: Store) -> dict[str, str]:
     """The parameters every search memproxy sends carries (``--search-timeout-s``): ``timeout`` (the node
     stops collecting and answers what it has, ``timed_out: true``) and ``cancel_after_time_interval`` (the
     node cancels the search task, so nothing keeps running after memproxy has answered). Empty when the
-    setting is 0 or the store has no settings (test doubles)."""
-    seconds = getattr(getattr(store, "settings", None), "search_timeout_s", None)
+    setting is 0."""
+    seconds = store.settings.search_timeout_s
     if not seconds or seconds <= 0:
         return {}
     value = _duration(float(seconds))
@@ -64,7 +64,7 @@ def search_deadline(store: Store) -> dict[str, str]:
 def delete_by_query_deadline(store: Store) -> dict[str, str]:
     """``_delete_by_query`` takes no ``cancel_after_time_interval``; its scroll searches get
     ``search_timeout`` instead."""
-    seconds = getattr(getattr(store, "settings", None), "search_timeout_s", None)
+    seconds = store.settings.search_timeout_s
     return {"search_timeout": _duration(float(seconds))} if seconds and seconds > 0 else {}
 
 
@@ -75,8 +75,7 @@ def _refresh(refresh: bool | str) -> str:
 
 
 async def _routing(store: Store, index: str, routing: str | Iterable[str] | None) -> dict[str, str]:
-    layouts = getattr(store, "layouts", None)  # test doubles of the store have none
-    return await layouts.params(index, routing) if layouts is not None and routing is not None else {}
+    return await store.layouts.params(index, routing) if routing is not None else {}
 
 
 async def index_doc(
@@ -199,8 +198,7 @@ async def bulk(
     """One ``_bulk``; the node's answer: ``items`` say what each operation did, ``errors`` if any failed.
     Each item is routed by its document's container, else by ``routing`` (a delete has no document)."""
     ops = list(ops)
-    layouts = getattr(store, "layouts", None)
-    routed = {index: bool(layouts and await layouts.routed(index)) for index in {op[1] for op in ops}}
+    routed = {index: await store.layouts.routed(index) for index in {op[1] for op in ops}}
     result: dict[str, Any] = await store.request(
         "POST", url("_bulk"), body=_bulk_lines(ops, routed, routing), params={"refresh": _refresh(refresh)}
     )

@@ -111,9 +111,19 @@ def test_big_ordinary_documents_are_not_walked() -> None:
     """A large body without surrogate escapes, deep nesting or huge numbers is decoded once, fast."""
     doc = {"memories": [{"memory": "x" * 100, "n": i, "v": [0.5] * 8} for i in range(20_000)]}
     raw = json.dumps(doc).encode()
-    started = time.perf_counter()
     assert decode_json(raw) == doc
-    assert time.perf_counter() - started < 2.0  # the decoder alone; a generous bound for a loaded machine
+    # Against the standard decoder on the same bytes, best of five interleaved rounds each, so that the
+    # machine's load cancels out: the depth walk is linear and cheap, a walk that re-scans or recurses per
+    # value would cost tens of times a plain decode.
+    plain, ours = [], []
+    for _ in range(5):
+        started = time.perf_counter()
+        json.loads(raw)
+        plain.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        decode_json(raw)
+        ours.append(time.perf_counter() - started)
+    assert min(ours) < 12 * min(plain), (min(ours), min(plain))
 
 
 # --- the answer writer -----------------------------------------------------------------------------------
