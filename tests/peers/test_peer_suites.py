@@ -10,8 +10,9 @@ gives it an API key, and that user registers a reranker and an LLM through GoodM
 ``/v1/llms``: the project's wire-exact doubles, a TEI ``/rerank`` server (word overlap,
 ``tests.support.tei_reranker``) and the OpenAI-compatible FakeLLM (``tests.support.fake_llm``), so the
 suites' rerank and ``abstractReply`` tests run instead of skipping. A suite fails us when any of its tests
-fails or errors, when a test skips for a reason not listed in ``suites.py``, or when fewer than its minimum
-pass (a suite that silently stopped running would otherwise pass).
+fails or errors, when a test skips that ``suites.py`` does not allow by name, when fewer than its minimum
+pass (a suite that silently stopped running would otherwise pass), or when it did not call the reranker or
+LLM its tests are known to use.
 """
 
 from __future__ import annotations
