@@ -42,6 +42,7 @@ __all__ = [
     "ACTION_TYPES",
     "API",
     "CONNECTOR_INDEX",
+    "MCP_PROTOCOLS",
     "MODEL_GROUP_INDEX",
     "MODEL_INDEX",
     "NODE_ID",
@@ -66,6 +67,7 @@ __all__ = [
     "register_model_group",
     "search",
     "undeploy_model",
+    "update_connector",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ CONNECTOR_INDEX = ".plugins-ml-connector"
 MODEL_GROUP_INDEX = ".plugins-ml-model-group"
 MODEL_INDEX = ".plugins-ml-model"
 PROTOCOLS = ("aws_sigv4", "http", "mcp_sse", "mcp_streamable_http")
+MCP_PROTOCOLS = ("mcp_sse", "mcp_streamable_http")
 ACTION_TYPES = ("PREDICT", "EXECUTE", "BATCH_PREDICT", "CANCEL_BATCH_PREDICT", "BATCH_PREDICT_STATUS")
 
 # GET's key orders.
@@ -230,12 +233,18 @@ async def get_connector(svc: Services, connector_id: str) -> ModelRecord:
     return record
 
 
-async def _ids_where(svc: Services, kind: str, field: str, value: str) -> list[str]:
-    """Ids of the ml-commons documents of ``kind`` whose view ``field`` is ``value``, newest first."""
+async def _ids_where(
+    svc: Services, kind: str, field: str, value: str, *, states: Sequence[str] | None = None
+) -> list[str]:
+    """Ids of the ml-commons documents of ``kind`` whose view ``field`` is ``value`` (and whose
+    ``model_state`` is one of ``states``, when given), newest first."""
+    query: dict[str, Any] = {"term": {f"{field}.keyword": value}}
+    if states is not None:
+        query = {"bool": {"filter": [query, {"terms": {"model_state.keyword": list(states)}}]}}
     body = {
         "size": 10_000,
         "_source": False,
-        "query": {"term": {f"{field}.keyword": value}},
+        "query": query,
         "sort": [{"created_time": {"order": "desc", "unmapped_type": "long"}}],
     }
     result = await svc.models.docs.search_view([kind], body)
@@ -254,6 +263,63 @@ async def delete_connector(svc: Services, connector_id: str) -> bool:
             f"[{', '.join(users)}]"
         )
     return await svc.models.remove(connector_id)
+
+
+def _merged(old: ConnectorSpec, update: ConnectorSpec) -> ConnectorSpec:
+    """The connector after an update, field by field as ml-commons' ``HttpConnector.update`` applies one:
+    what the update names replaces what was there; an empty ``parameters`` or ``credential`` map leaves the
+    old one (an empty ``actions`` list does not)."""
+    return ConnectorSpec(
+        name=update.name if update.name is not None else old.name,
+        version=update.version if update.version is not None else old.version,
+        protocol=update.protocol if update.protocol is not None else old.protocol,
+        description=update.description if update.description is not None else old.description,
+        parameters=update.parameters if update.parameters else old.parameters,
+        credential=update.credential if update.credential else old.credential,
+        actions=update.actions if update.actions is not None else old.actions,
+    )
+
+
+async def update_connector(svc: Services, connector_id: str, update: ConnectorSpec) -> ModelRecord:
+    """``PUT /_plugins/_ml/connectors/{id}``: the connector merged with ``update`` and checked as a new one
+    would be; refused (400, ml-commons' text) while a deployed model uses it, since a deployed model keeps
+    calling the connector it was deployed with. Models deployed later call the updated one
+    (:func:`_set_deployed`)."""
+    record = await get_connector(svc, connector_id)
+    old = ConnectorSpec(
+        name=record.view.get("name"),
+        version=record.view.get("version"),
+        protocol=record.view.get("protocol"),
+        description=record.view.get("description"),
+        parameters=record.view.get("parameters"),
+        credential=await svc.models.unseal(record),
+        actions=record.view.get("actions"),
+    )
+    merged = _merged(old, update)
+    # An MCP connector has no actions and no model can be made from it: crossing that line would leave a
+    # connector its models cannot call (ml-commons 3.6 stores it, and its later updates fail with a 500).
+    if (merged.protocol in MCP_PROTOCOLS) != (old.protocol in MCP_PROTOCOLS):
+        raise BadRequest(
+            f"Cannot change connector protocol from [{old.protocol}] to [{merged.protocol}]: an MCP "
+            "connector and an inference connector are not interchangeable."
+        )
+    _check_connector(svc, merged)
+    users = await _ids_where(svc, "remote", "connector_id", connector_id, states=_DEPLOYED)
+    if users:
+        raise BadRequest(
+            f"{len(users)} models are still using this connector, please undeploy the models first: "
+            f"[{', '.join(users)}]",
+            os_type="status_exception",
+        )
+    now = now_ms()
+    view = _ordered(
+        {**merged.view(), "created_time": record.view.get("created_time"), "last_updated_time": now},
+        _CONNECTOR_KEYS,
+    )
+    updated = replace(
+        record, view=view, updated_at=now, credential=await svc.models.seal(connector_id, merged.credential)
+    )
+    return await svc.models.save(updated)
 
 
 # --- model groups ----------------------------------------------------------------------------------------
@@ -489,10 +555,32 @@ def _deployed_view(view: Mapping[str, Any], now: int) -> dict[str, Any]:
 
 
 async def _set_deployed(svc: Services, model: ModelRecord) -> ModelRecord:
-    # ``updated_at`` is the version of how the model is called, which deploying does not change (a new
-    # version would make the registry build a new HTTP client).
+    """Deploying reads the model's connector again, as ml-commons loads it at deploy: a connector updated
+    while the model was undeployed is what the deployed model calls."""
+    model = await _with_current_connector(svc, model)
     deployed = replace(model, view=_deployed_view(model.view, now_ms()))
     return await svc.models.save(deployed)
+
+
+async def _with_current_connector(svc: Services, model: ModelRecord) -> ModelRecord:
+    """``model`` calling its ``connector_id``'s connector as it is now. ``updated_at`` is the version of how
+    the model is called: it moves only when that changed (a new version makes the registry build a new
+    HTTP client)."""
+    connector_id = model.view.get("connector_id")
+    connector = await svc.models.get(str(connector_id), ("connector",)) if connector_id else None
+    if connector is None or connector.api != API:
+        return model  # an inline connector, or one deleted under a model (ml-commons then fails the call)
+    call = {
+        "form": "connector",
+        "actions": _call_actions(connector.view.get("actions") or []),
+        "parameters": dict(connector.view.get("parameters") or {}),
+    }
+    credential = await svc.models.unseal(connector)
+    if call == model.call and credential == await svc.models.unseal(model):
+        return model
+    return replace(
+        model, call=call, credential=await svc.models.seal(model.model_id, credential), updated_at=now_ms()
+    )
 
 
 async def deploy_model(svc: Services, model_id: str) -> str:

@@ -8,6 +8,7 @@ two normalised replies, which asserts the difference exactly as documented and t
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from tests.conformance.compare import Deviation, Reply, assert_same
@@ -17,7 +18,10 @@ __all__ = [
     "AUTO_SESSION_DOCUMENT",
     "AUTO_SESSION_WITHOUT_SECURITY",
     "BODY_CONTAINER_ID",
+    "CONNECTOR_IN_USE_EXACT",
+    "CONNECTOR_MAP_TYPE_ERROR",
     "CONNECTOR_SCRIPTS_REFUSED",
+    "CONNECTOR_UPDATE_CHECKED",
     "CONTAINER_UPDATE_REFRESHES",
     "DELETE_BY_QUERY_PROCEEDS",
     "DEVIATION_LIST",
@@ -274,6 +278,89 @@ LOCAL_MODELS_REFUSED = Deviation(
 )
 
 
+def _connector_update_checked(ref: Reply, mp: Reply) -> None:
+    if ref.status == 200:  # the update itself: ml-commons stores what it cannot read back
+        assert ref.body.get("result") == "updated", ref
+        status, etype, reason = _error(mp)
+        assert (status, etype) == (400, "illegal_argument_exception"), mp
+        assert reason.startswith(("Unsupported connector protocol", "Cannot change connector protocol")), mp
+    else:  # a read of the connector afterwards: unreadable on ml-commons, unchanged on memproxy
+        assert _error(ref) == (400, "illegal_argument_exception", "Can't find class for type ftp"), ref
+        assert mp.status == 200 and mp.body.get("protocol") == "http", mp
+
+
+CONNECTOR_UPDATE_CHECKED = Deviation(
+    "connector-update-checked",
+    "A connector update is checked as a new connector is: an unknown `protocol` (400 `Unsupported "
+    "connector protocol ...`) and a change between an MCP protocol and an inference one (400 `Cannot change "
+    "connector protocol from [http] to [mcp_sse] ...`, as later ml-commons refuses it) are refused; "
+    "ml-commons 3.6 stores either, after which every read of the connector fails (`Can't find class for "
+    "type ftp`) or its next update answers 500.",
+    _connector_update_checked,
+)
+
+
+_IN_USE = re.compile(
+    r"^\d+ models are still using this connector, please (?:undeploy|delete or update) the models first: "
+    r"\[(.*)\]$"
+)
+
+
+def _users(reply: Reply) -> list[str] | None:
+    """The models an "are still using this connector" refusal names; None for any other answer."""
+    found = _IN_USE.match(reply.error.get("reason", "")) if reply.status in (400, 409) else None
+    return [m.strip() for m in found.group(1).split(",") if m.strip()] if found else None
+
+
+def _bystanders_counted(ref: Reply, mp: Reply) -> bool:
+    ref_users = _users(ref)
+    if ref_users is not None:
+        return set(ref_users) != set(_users(mp) or [])
+    # a read of the connector whose delete ml-commons refused
+    return ref.status == 200 and isinstance(ref.body, dict) and "protocol" in ref.body and mp.status == 404
+
+
+def _connector_in_use_exact(ref: Reply, mp: Reply) -> None:
+    ref_users = _users(ref)
+    if ref_users is None:
+        assert mp.error.get("reason", "").startswith("Failed to find connector"), mp
+        return
+    mp_users = _users(mp)
+    if mp_users is None:  # no model of memproxy's uses it: the update or delete went through
+        assert mp.status == 200 and mp.body.get("result") in ("updated", "deleted", "not_found"), mp
+    else:  # the same refusal, naming the connector's own models only
+        assert mp.status == ref.status and set(mp_users) < set(ref_users), (ref, mp)
+
+
+CONNECTOR_IN_USE_EXACT = Deviation(
+    "connector-in-use-exact",
+    "A connector's update (while a deployed model uses it) and delete (while any model uses it) are refused "
+    "for the models of *that* connector, matched by exact id; ml-commons 3.6 matches the id as analysed "
+    "text, so models of other connectors whose ids share a token (ids one node makes often do) are counted "
+    "and named too, and a delete or update nobody blocks on memproxy is refused there.",
+    _connector_in_use_exact,
+    applies=_bystanders_counted,
+)
+
+
+def _connector_map_type_error(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200, ref  # the field is skipped: create answers an id, update "updated"
+    assert _error(mp) == (
+        400,
+        "parsing_exception",
+        "Failed to parse object: expecting token of type [START_OBJECT] but found [VALUE_STRING]",
+    ), mp
+
+
+CONNECTOR_MAP_TYPE_ERROR = Deviation(
+    "connector-map-type-error",
+    "A connector create or update whose `parameters` or `credential` is not an object is refused with 400 "
+    "`parsing_exception` naming the token; ml-commons 3.6 skips the field and answers 200 as if it were "
+    "absent.",
+    _connector_map_type_error,
+)
+
+
 def _auto_session_without_security(ref: Reply, mp: Reply) -> None:
     assert ref.status == 500 and ref.error.get("reason") == "Internal server error", ref
     assert mp.status == 200 and set(mp.body) == {"session_id", "working_memory_id"}, mp
@@ -379,6 +466,9 @@ DEVIATION_LIST: list[Deviation] = [
     DELETE_BY_QUERY_PROCEEDS,
     SCRIPTS_REFUSED,
     CONNECTOR_SCRIPTS_REFUSED,
+    CONNECTOR_IN_USE_EXACT,
+    CONNECTOR_MAP_TYPE_ERROR,
+    CONNECTOR_UPDATE_CHECKED,
     LOCAL_MODELS_REFUSED,
     AUTO_SESSION_WITHOUT_SECURITY,
     AUTO_SESSION_DOCUMENT,

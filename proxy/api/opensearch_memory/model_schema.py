@@ -51,6 +51,18 @@ class NewConnector(_In):
     actions: list[ConnectorAction] | None = None
 
 
+class ConnectorUpdate(_In):
+    """The fields to replace; an empty ``parameters`` or ``credential`` keeps the stored one."""
+
+    name: str | None = None
+    version: Scalar | None = None
+    protocol: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    credential: dict[str, Scalar] | None = Field(None, description="encrypted at rest, never returned")
+    actions: list[ConnectorAction] | None = None
+
+
 class ConnectorCreated(_Out):
     connector_id: str
 
@@ -185,6 +197,9 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     **_search("connectors", "Search connectors"),
     ("GET", _CONNECTOR): Operation("A connector (never its credential)", {200: Connector}),
+    ("PUT", _CONNECTOR): Operation(
+        "Update a connector no deployed model uses", {200: WriteResult}, body=ConnectorUpdate
+    ),
     ("DELETE", _CONNECTOR): Operation("Delete a connector no model uses", {200: WriteResult}),
     ("POST", ML + "/model_groups/_register"): Operation(
         "Register a model group", {200: ModelGroupCreated}, body=NewModelGroup

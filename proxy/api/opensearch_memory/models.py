@@ -60,7 +60,8 @@ _ACTION_KEYS = (
     "pre_process_function",
     "post_process_function",
 )
-_MCP = ("mcp_sse", "mcp_streamable_http")
+_MCP = core.MCP_PROTOCOLS
+_EMPTY_UPDATE = "Failed to update connector: Request body is empty"
 
 
 def _owner(request: web.Request) -> str | None:
@@ -150,19 +151,41 @@ async def get_connector(request: web.Request) -> web.Response:
     return json_response(record.view)
 
 
-def _delete_result(index: str, doc_id: str, deleted: bool) -> dict[str, Any]:
-    """The node's delete answer as ml-commons relays it. The documents live in memproxy-models, so the
-    bookkeeping numbers are memproxy's own, not those of an ml-commons index."""
+async def update_connector(request: web.Request) -> web.Response:
+    """``PUT /_plugins/_ml/connectors/{id}``: the named fields replace the stored ones (ml-commons 2.11+)."""
+    connector_id = request.match_info["connector_id"]
+    body = await read_json(request)
+    if body is None:
+        raise BadRequest(_EMPTY_UPDATE, os_type="parse_exception")
+    if not isinstance(body, dict):  # ml-commons' update parser reports where (create's does not)
+        error = token_error("START_OBJECT", body)
+        raise BadRequest(error.message, os_type=error.os_type, details={"line": 1, "col": 1})
+    spec = _connector_spec(body)
+    try:
+        await core.update_connector(services(request), connector_id, spec)
+    except core.DocumentNotFound:
+        raise NotFound(f"Failed to find connector with the provided connector id: {connector_id}") from None
+    return json_response(_write_result(core.CONNECTOR_INDEX, connector_id, "updated"))
+
+
+def _write_result(index: str, doc_id: str, result: str) -> dict[str, Any]:
+    """The node's write answer as ml-commons relays it (``deleted``, ``not_found``, ``updated``). The
+    documents live in memproxy-models, so the bookkeeping numbers are memproxy's own, not those of an
+    ml-commons index."""
     return {
         "_index": index,
         "_id": doc_id,
-        "_version": 2 if deleted else 1,
-        "result": "deleted" if deleted else "not_found",
+        "_version": 1 if result == "not_found" else 2,
+        "result": result,
         "forced_refresh": True,
         "_shards": {"total": 1, "successful": 1, "failed": 0},
         "_seq_no": 0,
         "_primary_term": 1,
     }
+
+
+def _delete_result(index: str, doc_id: str, deleted: bool) -> dict[str, Any]:
+    return _write_result(index, doc_id, "deleted" if deleted else "not_found")
 
 
 async def delete_connector(request: web.Request) -> web.Response:
@@ -421,6 +444,7 @@ ROUTES: Sequence[tuple[tuple[str, ...], str, Handler, str]] = (
     (("POST",), ML + "/connectors/_create", create_connector, WRITE),
     (("GET", "POST"), ML + "/connectors/_search", search_connectors, READ),
     (("GET",), _CONNECTOR, get_connector, READ),
+    (("PUT",), _CONNECTOR, update_connector, WRITE),
     (("DELETE",), _CONNECTOR, delete_connector, WRITE),
     (("POST",), ML + "/model_groups/_register", register_model_group, WRITE),
     (("GET", "POST"), ML + "/model_groups/_search", search_model_groups, READ),
