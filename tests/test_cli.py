@@ -161,10 +161,31 @@ def test_every_command_explains_itself() -> None:
     # those are ``memproxy serve --help``, and anything else is still the server's command line.
     top = _cli("--help", url="http://127.0.0.1:1", key=None)
     listed = {line.split()[0] for line in top.stdout.splitlines() if line.startswith("  ") and line.split()}
-    assert top.returncode == 0 and {"serve", "migrate-layout", *COMMANDS} <= listed, top.stdout
+    assert top.returncode == 0 and {"serve", "migrate-layout", "root-key", *COMMANDS} <= listed, top.stdout
     assert "--opensearch-url" not in top.stdout
     done = _cli("serve", "--help", url="http://127.0.0.1:1", key=None)
     assert done.returncode == 0 and "--opensearch-url" in done.stdout
+
+
+def test_root_key_prints_a_new_working_key_of_the_root_user(
+    proxy_url: str, opensearch_url: str, admin_key: str
+) -> None:
+    """The way back to a lost root key (the README tour's init answers it once per cluster): the command
+    reaches the cluster with the server's flags and prints a key that authenticates as the root user."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "root-key", "--opensearch-url", opensearch_url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (key,) = done.stdout.split()
+    assert key.startswith("gm_") and key != admin_key
+    me = httpx.get(f"{proxy_url}/v1/users/me", headers={"x-api-key": key}, timeout=30)
+    assert me.status_code == 200, me.text
+    root = httpx.get(f"{proxy_url}/v1/users/me", headers={"x-api-key": admin_key}, timeout=30).json()
+    assert me.json()["userId"] == root["userId"] and me.json()["email"] == "root@goodmem.local"
 
 
 def test_cannot_connect_is_exit_3() -> None:
