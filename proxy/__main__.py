@@ -22,6 +22,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(run(args))
     if args[:1] == ["migrate-layout"]:
         sys.exit(_migrate_layout(args[1:]))
+    if args[:1] == ["root-key"]:
+        sys.exit(_root_key(args[1:]))
     _serve(args[1:] if args[:1] == ["serve"] else args)
 
 
@@ -62,6 +64,13 @@ def _migrate_layout(argv: Sequence[str]) -> int:
         return 0
 
     return asyncio.run(go())
+
+
+def _root_key(argv: Sequence[str]) -> int:
+    # The GoodMem core is the GoodMem slice's own (tests/test_architecture.py): the command lives there.
+    from proxy.api.goodmem.root_key import root_key
+
+    return root_key(argv)
 
 
 if __name__ == "__main__":

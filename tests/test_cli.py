@@ -23,7 +23,15 @@ import pytest
 
 from proxy.cli import COMMANDS, parser
 from proxy.cli.client import api_message
-from proxy.cli.ingest import Item, Source, derive_id, parse_jsonl_line, parse_pairs, read_entries
+from proxy.cli.ingest import (
+    WORKING_NOTE,
+    Item,
+    Source,
+    derive_id,
+    parse_jsonl_line,
+    parse_pairs,
+    read_entries,
+)
 from tests.conftest import free_port
 from tests.opensearch_memory_helpers import EMBEDDING, new_prefix
 
@@ -153,10 +161,31 @@ def test_every_command_explains_itself() -> None:
     # those are ``memproxy serve --help``, and anything else is still the server's command line.
     top = _cli("--help", url="http://127.0.0.1:1", key=None)
     listed = {line.split()[0] for line in top.stdout.splitlines() if line.startswith("  ") and line.split()}
-    assert top.returncode == 0 and {"serve", "migrate-layout", *COMMANDS} <= listed, top.stdout
+    assert top.returncode == 0 and {"serve", "migrate-layout", "root-key", *COMMANDS} <= listed, top.stdout
     assert "--opensearch-url" not in top.stdout
     done = _cli("serve", "--help", url="http://127.0.0.1:1", key=None)
     assert done.returncode == 0 and "--opensearch-url" in done.stdout
+
+
+def test_root_key_prints_a_new_working_key_of_the_root_user(
+    proxy_url: str, opensearch_url: str, admin_key: str
+) -> None:
+    """The way back to a lost root key (the README tour's init answers it once per cluster): the command
+    reaches the cluster with the server's flags and prints a key that authenticates as the root user."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "root-key", "--opensearch-url", opensearch_url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (key,) = done.stdout.split()
+    assert key.startswith("gm_") and key != admin_key
+    me = httpx.get(f"{proxy_url}/v1/users/me", headers={"x-api-key": key}, timeout=30)
+    assert me.status_code == 200, me.text
+    root = httpx.get(f"{proxy_url}/v1/users/me", headers={"x-api-key": admin_key}, timeout=30).json()
+    assert me.json()["userId"] == root["userId"] and me.json()["email"] == "root@goodmem.local"
 
 
 def test_cannot_connect_is_exit_3() -> None:
@@ -318,6 +347,8 @@ def test_ingest_into_a_container_is_idempotent(
         first = _cli(*args, url=proxy_url, key=admin_key)
         assert first.returncode == 0, first.stderr
         assert first.stdout.strip().splitlines()[-1] == "created 3, skipped 0, failed 0"
+        # No embedding model: working memory is all this container keeps, so there is nothing to point at.
+        assert "note:" not in first.stderr
         second = _cli(*args, url=proxy_url, key=admin_key)
         assert second.stdout.strip().splitlines()[-1] == "created 0, skipped 3, failed 0"
         hits = http.post(
@@ -328,6 +359,34 @@ def test_ingest_into_a_container_is_idempotent(
             derive_id(cid, rel, n) for rel, n in (("a.md", 0), ("b.jsonl", 1), ("b.jsonl", 2))
         )
         assert all(h["_source"]["metadata"]["src"] == "cli" for h in hits["hits"]["hits"])
+    finally:
+        http.delete(f"{C}/{cid}", params={"delete_all_memories": "true"})
+
+
+def test_ingest_into_a_searchable_container_says_how_to_make_it_searchable(
+    proxy_url: str, admin_key: str, http: httpx.Client, tmp_path: Path
+) -> None:
+    """The README tour's trap (issue 29): ``--container`` writes working memories, which the container's
+    semantic search never finds; the command says so, and ``--space`` with the same id is what works."""
+    res = http.post(
+        f"{C}/_create",
+        json={"name": "cli-s", "configuration": {**EMBEDDING, "index_prefix": new_prefix("cli")}},
+    )
+    assert res.status_code == 200, res.text
+    cid = res.json()["memory_container_id"]
+    try:
+        (tmp_path / "owls.txt").write_text("Owls hunt at night.")
+        working = _cli("ingest", str(tmp_path / "owls.txt"), "--container", cid, url=proxy_url, key=admin_key)
+        assert working.returncode == 0, working.stderr
+        assert WORKING_NOTE.format(id=cid) in working.stderr
+        search = ("search", "when do owls hunt?", "--container", cid, "--json")
+        assert _cli(*search, url=proxy_url, key=admin_key).stdout == ""
+
+        spaced = _cli("ingest", str(tmp_path / "owls.txt"), "--space", cid, url=proxy_url, key=admin_key)
+        assert spaced.returncode == 0, spaced.stderr
+        assert "note:" not in spaced.stderr
+        found = _cli(*search, url=proxy_url, key=admin_key)
+        assert [json.loads(line)["text"] for line in found.stdout.splitlines()] == ["Owls hunt at night."]
     finally:
         http.delete(f"{C}/{cid}", params={"delete_all_memories": "true"})
 

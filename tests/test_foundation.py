@@ -73,6 +73,8 @@ def test_health_reports_proxy_and_cluster(proxy_url: str) -> None:
     assert body["status"] == "ok"
     assert body["cluster"]["status"] in {"green", "yellow"}
     assert body["proxy"]["embedders"][0]["dimension"] == 384
+    # The names a container's embedding_model_id may use for it, the docs' short one among them.
+    assert "all-minilm-l6-v2" in body["proxy"]["embedders"][0]["aliases"]
     # the settings are shown, secrets masked (a configured password is checked in the cluster-down test)
     assert body["settings"]["opensearch_url"] == body["cluster"]["url"]
     assert body["settings"]["opensearch_password"] in (None, "***")

@@ -58,7 +58,16 @@ async def health(request: web.Request) -> web.Response:
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - app[STARTED_AT], 3),
             "embedders": [
-                {"id": i.id, "name": i.name, "dimension": i.dimension, "device": i.device, "dtype": i.dtype}
+                {
+                    "id": i.id,
+                    "name": i.name,
+                    # The other names a container's embedding_model_id may give this model (the docs' short
+                    # all-minilm-l6-v2 among them): without them the answer shows only an id nobody types.
+                    "aliases": [n for n in app[EMBEDDERS].names(i.id) if n != i.id],
+                    "dimension": i.dimension,
+                    "device": i.device,
+                    "dtype": i.dtype,
+                }
                 for i in app[EMBEDDERS].infos()
             ],
             # Models from start-up flags (runtime ones are listed by each API's own routes); no keys.

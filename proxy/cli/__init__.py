@@ -48,6 +48,7 @@ def overview() -> str:
         f"  {'':<8}  'memproxy serve --help' lists its flags",
         "  migrate-layout",
         f"  {'':<8}  move memory indices into the routed layout (docs/data-model.md); server flags",
+        f"  {'root-key':<8}  print a new API key of the GoodMem root user (a lost root key); server flags",
     ]
     # The client commands' one-liners are the ``help`` each module gave its subparser (argparse keeps them
     # on the subparsers action), so this list cannot drift from the commands themselves.

@@ -30,6 +30,7 @@ from proxy.cli.client import FAILED, OK, USAGE, Api, ApiError, CliError
 
 __all__ = [
     "INGEST_ID_KEY",
+    "WORKING_NOTE",
     "Item",
     "LineError",
     "Source",
@@ -53,6 +54,11 @@ _JSONL_FIELDS = ("content", "text", "metadata", "memoryId")
 _RETRY_STATUSES = (429, 502, 503, 504)
 _RETRIES = 5
 _CONTAINER_IN_FLIGHT = 8
+WORKING_NOTE = (
+    "memproxy ingest: note: these are working memories (infer: false), which semantic search (memproxy "
+    "search --container) does not find; to make them searchable, ingest with --space {id} (the same "
+    "container, as a GoodMem space)."
+)
 
 _EXAMPLE = """examples:
   memproxy ingest notes/ --space 0b6f...e1 --metadata source=notes
@@ -312,9 +318,11 @@ class ContainerWriter:
     def __init__(self, container_id: str):
         self.target = container_id
         self.base = f"/_plugins/_ml/memory_containers/{container_id}"
+        self.has_embedding = False
 
     async def check(self, api: Api) -> None:
-        await api.call("GET", self.base)
+        _, container = await api.call("GET", self.base)
+        self.has_embedding = bool(((container or {}).get("configuration") or {}).get("embedding_model_id"))
 
     async def _stored(self, api: Api, ids: list[str]) -> set[str]:
         query = {
@@ -436,6 +444,10 @@ async def run(args: argparse.Namespace, api: Api) -> int:
             await _send(api, writer, batch, tally, bar)
         record_done()
     print(f"created {tally.created}, skipped {tally.skipped}, failed {tally.failed}")
+    if isinstance(writer, ContainerWriter) and writer.has_embedding:
+        # The ml-commons trap (issue 29): messages added with infer false are never semantically searched, so
+        # `memproxy search --container` right after this finds none of them. Say so, and what does work.
+        print(WORKING_NOTE.format(id=target), file=sys.stderr)
     return FAILED if tally.failed else OK
 
 
@@ -486,7 +498,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser, epilog: str) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--space", metavar="ID", help="GoodMem space id (memories:batchCreate)")
     where.add_argument(
-        "--container", metavar="ID", help="memory container id (working memories, infer false)"
+        "--container",
+        metavar="ID",
+        help="memory container id (working memories, infer false: not semantically searched; --space with "
+        "the container's id writes searchable ones)",
     )
     p.add_argument(
         "--batch-size", type=int, default=100, metavar="N", help="memories per batch (default 100)"

@@ -15,7 +15,7 @@ from proxy.core.goodmem.ids import check_uuid, new_id, now_ms
 from proxy.core.goodmem.paging import Page, Window
 from proxy.core.goodmem.users import is_active_user
 from proxy.core.goodmem.validation import LabelChange
-from proxy.core.identity import Principal, hash_key
+from proxy.core.identity import IdentityState, Principal, hash_key
 from proxy.errors import BadRequest, Conflict, Forbidden, NotFound
 from proxy.store.goodmem import APIKEYS
 from proxy.store.query import Filter, Or, Term, all_of
@@ -115,7 +115,7 @@ class ApiKeyUpdate:
 
 
 async def issue_key(
-    gm: GoodMem,
+    gm: IdentityState,
     *,
     user_id: str,
     actor_id: str,

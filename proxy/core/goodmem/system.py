@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from proxy.core.goodmem.apikeys import issue_key
+from proxy.core.goodmem.apikeys import IssuedKey, issue_key
 from proxy.core.goodmem.context import GoodMem
 from proxy.core.goodmem.ids import new_id, now_ms
 from proxy.core.goodmem.users import new_user_doc
+from proxy.core.identity import IdentityState
 from proxy.errors import NotFound
 from proxy.store.goodmem import USERS
 
-__all__ = ["ROOT_EMAIL", "Initialized", "Instance", "get_instance", "init_system"]
+__all__ = ["ROOT_EMAIL", "Initialized", "Instance", "get_instance", "init_system", "issue_root_key"]
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,23 @@ async def init_system(gm: GoodMem) -> Initialized:
     return Initialized(root_api_key=key.raw_key, user_id=root_id)
 
 
-async def get_instance(gm: GoodMem) -> Instance:
+async def get_instance(gm: IdentityState) -> Instance:
     record = await gm.instance.get()
     if record is None:
         raise NotFound("System not initialized")
     return Instance(root_user_id=str(record["root_user_id"]), created_at=int(record.get("created_at") or 0))
+
+
+async def issue_root_key(identity: IdentityState) -> IssuedKey:
+    """One more key for the root user: the way back when the key init answered is lost (init answers it
+    once per cluster, and the local node keeps its data across restarts). Only ``memproxy root-key`` calls
+    this, with memproxy's own cluster credentials: whoever has those can write memproxy's indices anyway.
+    """
+    instance = await get_instance(identity)
+    root = await identity.docs.get(USERS, instance.root_user_id)
+    if root is None or root.get("deleted_at"):
+        raise NotFound(f"The root user {instance.root_user_id} does not exist")
+    root_id = instance.root_user_id
+    key = await issue_key(identity, user_id=root_id, actor_id=root_id, labels={"purpose": "root-key"})
+    log.info("issued a further root API key %s", key.key.api_key_id)
+    return key
