@@ -158,7 +158,11 @@ async def random_sample(
     """(up to ``size`` documents, how many matched) of those ``selection`` matches, drawn uniformly at
     random by the node (``random_score`` seeded on ``_seq_no``: the same seed draws the same sample while
     the index is unchanged), with only the ``source_includes`` fields; none when the index does not exist.
-    The node scores every matching document but returns only the top ``size``; nothing else leaves it."""
+    The node scores every matching document but returns only the top ``size``; nothing else leaves it.
+
+    The vectors come from ``_source``, the node's costliest part of this search (docs/console.md has the
+    figures): reading them from doc values through ``script_fields`` was several times faster, but on this
+    node it gave some documents another document's vector."""
     body: dict[str, Any] = {
         "size": size,
         "query": {
