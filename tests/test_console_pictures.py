@@ -108,7 +108,9 @@ def counts_per_series(driver: Any) -> dict[str, int]:
     for group in all_css(driver, "#timeline g.series"):
         name = group.get_attribute("data-series")
         titles = [t.get_attribute("textContent") for t in group.find_elements("css selector", "circle title")]
-        totals[name] = sum(int(re.match(r".*?: (\d+) created", t).group(1)) for t in titles)  # type: ignore[union-attr]
+        counts = [re.search(r": (\d+) created", t) for t in titles]
+        assert all(counts), titles
+        totals[name] = sum(int(m.group(1)) for m in counts if m is not None)
     return totals
 
 
