@@ -150,3 +150,20 @@ def test_the_map_keeps_vectors_of_the_first_ones_length_and_survives_one_point()
 def test_scale_maps_linearly_and_centres_a_point_domain() -> None:
     assert Scale(0, 10, 100, 200)(5) == 150
     assert Scale(3, 3, 100, 200)(3) == 150
+
+
+def test_relevance_threshold_is_retrieves_option_and_a_finite_number() -> None:
+    from proxy.api.console.playground import parse_query
+    from proxy.errors import BadRequest
+
+    retrieve = parse_query({"container": "c", "mode": "retrieve", "query": "q", "relevance_threshold": "0.7"})
+    assert retrieve.relevance_threshold == 0.7 and retrieve.min_score is None
+    semantic = parse_query({"container": "c", "mode": "semantic", "query": "q", "min_score": "0.5"})
+    assert semantic.min_score == 0.5 and semantic.relevance_threshold is None
+    for form, message in (
+        ({"mode": "semantic", "relevance_threshold": "0.7"}, "relevance_threshold is GoodMem retrieve's"),
+        ({"mode": "retrieve", "relevance_threshold": "high"}, "relevance_threshold must be a number"),
+        ({"mode": "retrieve", "relevance_threshold": "nan"}, "relevance_threshold must be a finite number"),
+    ):
+        with pytest.raises(BadRequest, match=message):
+            parse_query({"container": "c", "query": "q", **form})
