@@ -16,7 +16,14 @@ from proxy.store.memories import search
 from proxy.store.query import Filter, Hit
 from proxy.store.query_dsl import compile_filter
 
-__all__ = ["find_containers", "index_details", "newest_documents"]
+__all__ = [
+    "date_histogram",
+    "find_containers",
+    "index_details",
+    "newest_documents",
+    "random_sample",
+    "time_bounds",
+]
 
 # Every memory index maps created_time; a type whose index maps it differently still sorts (unmapped_type).
 _NEWEST_FIRST = [{"created_time": {"order": "desc", "unmapped_type": "date"}}, {"_id": "asc"}]
@@ -75,3 +82,101 @@ async def newest_documents(
         return searches.hits(await search(store, index, body))
     except IndexMissing:
         return []
+
+
+async def time_bounds(
+    store: Store, index: str, selection: Filter, *, field: str, routing: str | None = None
+) -> tuple[int, int] | None:
+    """The earliest and latest ``field`` (epoch ms) of the documents ``selection`` matches; None when there
+    is none (or no index)."""
+    body: dict[str, Any] = {
+        "size": 0,
+        "query": compile_filter(selection) or {"match_all": {}},
+        "aggs": {"first": {"min": {"field": field}}, "last": {"max": {"field": field}}},
+    }
+    try:
+        answer = await search(store, index, body, routing=routing)
+    except IndexMissing:
+        return None
+    aggs = answer.get("aggregations") or {}
+    first, last = (aggs.get(k, {}).get("value") for k in ("first", "last"))
+    if first is None or last is None:
+        return None
+    return int(first), int(last)
+
+
+async def date_histogram(
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    field: str,
+    interval_ms: int,
+    bounds: tuple[int, int],
+    routing: str | None = None,
+) -> list[tuple[int, int]]:
+    """(bucket start in epoch ms, documents) for every ``interval_ms`` bucket whose start lies from
+    ``bounds[0]`` to ``bounds[1]`` (the first and last buckets' starts), empty buckets included, so that
+    several series over the same bounds line up bucket for bucket; [] when there is no index."""
+    body: dict[str, Any] = {
+        "size": 0,
+        "query": compile_filter(selection) or {"match_all": {}},
+        "aggs": {
+            "over_time": {
+                "date_histogram": {
+                    "field": field,
+                    "fixed_interval": f"{interval_ms}ms",
+                    # Buckets start at the bounds' start, not at the epoch's multiples of the interval.
+                    "offset": f"{bounds[0] % interval_ms}ms",
+                    "min_doc_count": 0,
+                    # Not hard_bounds as well: this node's histogram then miscounts (a document inside
+                    # the bounds counted in no bucket). A document written after the span was read lands
+                    # in a bucket past the bounds, which the caller leaves out.
+                    "extended_bounds": {"min": bounds[0], "max": bounds[1]},
+                }
+            }
+        },
+    }
+    try:
+        answer = await search(store, index, body, routing=routing)
+    except IndexMissing:
+        return []
+    buckets = (answer.get("aggregations") or {}).get("over_time", {}).get("buckets", [])
+    return [(int(b["key"]), int(b["doc_count"])) for b in buckets]
+
+
+async def random_sample(
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    size: int,
+    seed: int,
+    source_includes: Sequence[str],
+    routing: str | None = None,
+) -> tuple[list[Hit], int]:
+    """(up to ``size`` documents, how many matched) of those ``selection`` matches, drawn uniformly at
+    random by the node (``random_score`` seeded on ``_seq_no``: the same seed draws the same sample while
+    the index is unchanged), with only the ``source_includes`` fields; none when the index does not exist.
+    The node scores every matching document but returns only the top ``size``; nothing else leaves it.
+
+    The vectors come from ``_source``, the node's costliest part of this search (docs/console.md has the
+    figures): reading them from doc values through ``script_fields`` was several times faster, but on this
+    node it gave some documents another document's vector."""
+    body: dict[str, Any] = {
+        "size": size,
+        "query": {
+            "function_score": {
+                "query": compile_filter(selection) or {"match_all": {}},
+                "random_score": {"seed": seed, "field": "_seq_no"},
+                "boost_mode": "replace",
+            }
+        },
+        "_source": {"includes": list(source_includes)},
+        "track_total_hits": True,
+    }
+    try:
+        answer = await search(store, index, body, routing=routing)
+    except IndexMissing:
+        return [], 0
+    return searches.hits(answer), int(answer["hits"]["total"]["value"])

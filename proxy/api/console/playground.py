@@ -51,6 +51,9 @@ class PlaygroundQuery:
     namespace: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     min_score: float | None = None
+    # Drawn on the score curve only: GoodMem applies relevance_threshold after a reranker, which the
+    # playground does not run.
+    relevance_threshold: float | None = None
     dsl_filter: dict[str, Any] | None = None
     goodmem_filter: str = ""
     form: dict[str, str] = field(default_factory=dict)
@@ -69,6 +72,18 @@ def _pairs(text: str, what: str) -> dict[str, str]:
     return pairs
 
 
+def _number(text: str, what: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRequest(f"{what} must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise BadRequest(f"{what} must be a finite number")
+    return value
+
+
 def parse_query(form: Mapping[str, Any]) -> PlaygroundQuery:
     """The playground form; 400 with a message for what the form itself gets wrong."""
     typed = {k: str(form.get(k) or "") for k in FORM_FIELDS}
@@ -79,14 +94,8 @@ def parse_query(form: Mapping[str, Any]) -> PlaygroundQuery:
         k = int(typed["k"]) if typed["k"].strip() else DEFAULT_K
     except ValueError:
         raise BadRequest(f"k must be an integer, got {typed['k']!r}") from None
-    min_score: float | None = None
-    if typed["min_score"].strip():
-        try:
-            min_score = float(typed["min_score"])
-        except ValueError:
-            raise BadRequest(f"min_score must be a number, got {typed['min_score']!r}") from None
-        if not math.isfinite(min_score):
-            raise BadRequest("min_score must be a finite number")
+    min_score = _number(typed["min_score"], "min_score")
+    threshold = _number(typed["relevance_threshold"], "relevance_threshold")
     dsl: dict[str, Any] | None = None
     if typed["dsl_filter"].strip():
         try:
@@ -104,6 +113,7 @@ def parse_query(form: Mapping[str, Any]) -> PlaygroundQuery:
         namespace=_pairs(typed["namespace"], "namespace"),
         tags=_pairs(typed["tags"], "tags"),
         min_score=min_score,
+        relevance_threshold=threshold,
         dsl_filter=dsl,
         goodmem_filter=typed["goodmem_filter"].strip(),
         form=typed,
@@ -120,6 +130,7 @@ FORM_FIELDS = (
     "namespace",
     "tags",
     "min_score",
+    "relevance_threshold",
     "dsl_filter",
     "goodmem_filter",
 )
@@ -144,6 +155,10 @@ def _check_options(q: PlaygroundQuery) -> None:
         raise BadRequest(
             "A GoodMem filter expression is GoodMem retrieve's option: for semantic and hybrid search, "
             "use namespace, tags or a Query-DSL filter"
+        )
+    elif q.relevance_threshold is not None:
+        raise BadRequest(
+            "relevance_threshold is GoodMem retrieve's option: for semantic and hybrid search, use min_score"
         )
 
 
@@ -244,6 +259,7 @@ class Playground:
                 vector_score(item.score, convention),  # type: ignore[arg-type]
                 MemoryView.of({"_id": item.chunk_id, "_index": "", "_source": item.source}),
                 detail=f"cosine {item.score:.4f} · memory {item.memory_id}",
+                cosine=item.score,
             )
             for item in plan.items
         ]

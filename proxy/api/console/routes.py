@@ -11,8 +11,10 @@ import asyncio
 from aiohttp import web
 
 from proxy.api.console.access import COOKIE, LOGIN_PATH, credentials_from_form, session_cookie
+from proxy.api.console.charts import Chart, score_curve, timeline_chart
 from proxy.api.console.playground import MODES, Outcome, Playground, PlaygroundQuery, parse_query
 from proxy.api.console.render import render
+from proxy.api.console.vector_map import build_map
 from proxy.api.console.views import (
     ContainerRow,
     MemoryView,
@@ -22,9 +24,17 @@ from proxy.api.console.views import (
 )
 from proxy.api.identity import CONSOLE_PREFIX, identify
 from proxy.app_keys import EMBEDDERS, IDENTITY, JOBS, PRINCIPAL, SERVICES, SETTINGS
-from proxy.core.container_record import MEMORY_TYPES, Container
+from proxy.core.container_record import MEMORY_TYPES, Container, parse_memory_type
 from proxy.core.containers import get_container
-from proxy.core.inspection import find_containers, index_details, memory_counts, sample_memories
+from proxy.core.inspection import (
+    find_containers,
+    get_memory,
+    index_details,
+    memories_over_time,
+    memory_counts,
+    sample_memories,
+    vector_sample,
+)
 from proxy.core.recall_canary import IndexRecall
 from proxy.core.tasks import gather
 from proxy.errors import BadRequest, Forbidden, MemproxyError, Unauthenticated
@@ -142,10 +152,11 @@ async def container_page(request: web.Request) -> web.Response:
     memory_type = request.query.get("type") or ("long-term" if "long-term" in enabled else enabled[0])
     if memory_type not in MEMORY_TYPES:
         raise BadRequest(f"Unknown memory type: {memory_type}")
-    row, details, samples = await asyncio.gather(
+    row, details, samples, timeline = await asyncio.gather(
         _row(request, container),
         index_details(svc, container),
         sample_memories(svc, container, memory_type, SAMPLE_SIZE),
+        memories_over_time(svc, container),
     )
     return render(
         request,
@@ -156,6 +167,34 @@ async def container_page(request: web.Request) -> web.Response:
             "memory_type": memory_type,
             "enabled_types": enabled,
             "samples": [MemoryView.of(doc) for doc in samples],
+            "timeline": timeline_chart(timeline) if timeline is not None else None,
+        },
+    )
+
+
+@routes.get("/containers/{container_id}/map")
+async def vector_map_page(request: web.Request) -> web.Response:
+    svc = request.config_dict[SERVICES]
+    container = await get_container(svc, request.match_info["container_id"])
+    row, sample = await asyncio.gather(_row(request, container), vector_sample(svc, container))
+    # PCA and the nxn cosines are CPU work of up to a few hundred ms: off the event loop.
+    drawn = await asyncio.to_thread(build_map, sample) if sample is not None and sample.ids else None
+    return render(request, "vector_map.html", {"row": row, "vector_map": drawn})
+
+
+@routes.get("/containers/{container_id}/memories/{memory_type}/{memory_id}")
+async def memory_page(request: web.Request) -> web.Response:
+    svc = request.config_dict[SERVICES]
+    container = await get_container(svc, request.match_info["container_id"])
+    memory_type = parse_memory_type(request.match_info["memory_type"])
+    doc = await get_memory(svc, container, memory_type, request.match_info["memory_id"])
+    return render(
+        request,
+        "memory.html",
+        {
+            "row": await _row(request, container),
+            "memory_type": memory_type,
+            "memory": MemoryView.of(doc),
         },
     )
 
@@ -188,10 +227,27 @@ async def _search_page(
             "query": query,
             "modes": MODES,
             "outcome": outcome,
+            "score_chart": _score_chart(query, outcome),
             "form_error": form_error,
         },
         status=status,
     )
+
+
+def _score_chart(query: PlaygroundQuery, outcome: Outcome | None) -> Chart | None:
+    """The hits' score curve, with the rule where the query's min_score (or retrieve's threshold) cuts."""
+    if outcome is None or outcome.error is not None:
+        return None
+    if query.mode == "retrieve":
+        # The cosine, higher is better, whichever sign --goodmem-vector-score gives the wire score.
+        cosines = [h.cosine for h in outcome.hits if h.cosine is not None]
+        return (
+            score_curve(cosines, query.relevance_threshold, "relevance_threshold", "cosine")
+            if cosines
+            else None
+        )
+    scores = [h.score for h in outcome.hits if h.score is not None]
+    return score_curve(scores, query.min_score, "min_score") if scores else None
 
 
 @routes.get("/search")

@@ -123,6 +123,8 @@ class HitView:
     score: float | None
     memory: MemoryView
     detail: str = ""
+    # retrieve's cosine (its wire score is -cos under the live convention): what its score curve draws.
+    cosine: float | None = None
 
 
 @dataclass(frozen=True)
