@@ -1,8 +1,9 @@
 """The peers' live suites: which tests of which sdist, how one is run, and what its JUnit XML says.
 
 Each suite runs with the peer's own pytest configuration (its ``pyproject.toml``: the working directory is
-the unpacked sdist) in the peers' venv, as its maintainers run it against a live GoodMem; only the
-environment variables that switch it on differ. The outcome is read from ``--junitxml``, not from pytest's
+the unpacked sdist, or for a peer whose sdist holds no tests the files vendored from its repository under
+``vendored/``) in the peers' venv, as its maintainers run it against a live GoodMem; only the environment
+variables that switch it on differ. The outcome is read from ``--junitxml``, not from pytest's
 terminal output, whose wording and verbosity each peer's ``addopts`` changes.
 """
 
@@ -15,20 +16,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SUITES", "Outcome", "Suite", "parse_junit", "run_suite"]
+__all__ = ["SUITES", "VENDORED", "Outcome", "Suite", "parse_junit", "run_suite"]
+
+# Peers' test files copied unmodified from their repositories, each folder with its PROVENANCE.md.
+VENDORED = Path(__file__).resolve().parent / "vendored"
 
 
 @dataclass(frozen=True)
 class Suite:
     name: str
     version: str
-    paths: tuple[str, ...]  # the live tests, relative to the sdist's root
+    paths: tuple[str, ...]  # the live tests, relative to the sdist's (or the vendored folder's) root
     minimum: int  # fewer passed tests than this means part of the suite did not run
     # test id (JUnit's "classname::name") -> why it may skip against memproxy; any other skip fails us
     allowed_skips: Mapping[str, str] = field(default_factory=dict)
     # what of the registered models the suite's tests call: "reranker", "llm" (checked on the doubles)
     calls: frozenset[str] = frozenset()
     unavailable: str | None = None  # the whole suite cannot run: why
+    # the folder under VENDORED its tests run from, when its sdist ships none; None: the unpacked sdist
+    vendored: str | None = None
 
     @property
     def label(self) -> str:
@@ -105,16 +111,14 @@ SUITES = (
     ),
     # test_llm_answer_is_returned_with_the_passages
     Suite("goodmem-crewai", "0.4.0", ("tests/test_e2e.py",), minimum=16, calls=frozenset({"llm"})),
+    # Its sdist and wheel pack llama_index/ alone: the live tests are vendored from its repository
+    # (vendored/goodmem_llamaindex/PROVENANCE.md). test_live_reranking_and_partial_failures reranks.
     Suite(
         "goodmem-llamaindex",
         "0.2.3",
-        (),
-        minimum=0,
-        unavailable=(
-            "goodmem-llamaindex 0.2.3 publishes no tests: its sdist packs llama_index/ alone (pyproject's "
-            "[tool.hatch.build.targets.sdist] include) and its wheel the same; the live suite "
-            "(tests/test_tools_goodmem_e2e.py) exists only in its source repository, which CI cannot reach. "
-            "tests/test_goodmem_llamaindex.py drives its retriever against memproxy instead"
-        ),
+        ("tests/test_tools_goodmem_e2e.py",),
+        minimum=4,
+        calls=frozenset({"reranker"}),
+        vendored="goodmem_llamaindex",
     ),
 )

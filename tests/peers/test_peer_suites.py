@@ -1,9 +1,11 @@
 """The GoodMem integrations' own live suites, unchanged, against memproxy (issue 29, item 4).
 
 goodmem-langchain, goodmem-langgraph and goodmem-crewai ship their live tests in their sdists (pinned, with
-sha256, in ``sdists.txt``); each runs with its own pytest in the peers' venv (``venv.py``) against the
-session's memproxy, switched on by the environment variables they read. Nothing of theirs is edited or
-selected beyond the files that hold their live tests: not written by us, so nobody tuned them to memproxy.
+sha256, in ``sdists.txt``); goodmem-llamaindex's sdist holds none, so its live tests are vendored unmodified
+from its repository (``vendored/goodmem_llamaindex/``, with their provenance). Each runs with its own pytest
+in the peers' venv (``venv.py``) against the session's memproxy, switched on by the environment variables
+they read. Nothing of theirs is edited or selected beyond the files that hold their live tests: not written
+by us, so nobody tuned them to memproxy.
 
 As a real user would, the test makes a user of its own (so the peers' listings see their spaces only),
 gives it an API key, and that user registers a reranker and an LLM through GoodMem's ``/v1/rerankers`` and
@@ -17,6 +19,7 @@ LLM its tests are known to use.
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +30,7 @@ import httpx
 import pytest
 from goodmem import Goodmem
 
-from tests.peers.suites import SUITES, Suite, run_suite
+from tests.peers.suites import SUITES, VENDORED, Suite, run_suite
 from tests.peers.venv import PeersVenv, prepare
 from tests.support.fake_llm import FakeLLM
 from tests.support.tei_reranker import TeiReranker
@@ -115,10 +118,14 @@ def test_peer_live_suite(
         prepared = f"prepared in {peers_venv.seconds:.0f} s" if peers_venv.seconds else "cached"
         lines.append(f"peers: the peers' venv: {prepared}")
     before, started = live.calls(), time.monotonic()
+    source = peers_venv.source(suite.name, suite.version)
+    if suite.vendored:
+        # A copy: what their run writes (bytecode, pytest-benchmark's .benchmarks/) stays out of the repo.
+        source = Path(shutil.copytree(VENDORED / suite.vendored, tmp_path / suite.vendored))
     outcome, output = run_suite(
         suite,
         peers_venv.python,
-        peers_venv.source(suite.name, suite.version),
+        source,
         # crewai keeps credentials and storage under the home folder: the run's own, not the machine's
         {**live.env, "HOME": str(tmp_path / "home")},
         tmp_path / "junit.xml",

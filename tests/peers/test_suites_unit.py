@@ -1,10 +1,14 @@
-"""The JUnit reading the peers' harness judges a suite by (no node: a report written here)."""
+"""The peers' harness without a node: the JUnit reading it judges a suite by, and the vendored files."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
-from tests.peers.suites import parse_junit
+import pytest
+
+from tests.peers.suites import SUITES, VENDORED, Suite, parse_junit
 
 REPORT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="1" skipped="1" tests="5">
@@ -33,3 +37,22 @@ def test_every_outcome_is_read(tmp_path: Path) -> None:
     }
     assert outcome.skipped == {"tests.test_e2e::test_llm": "GOODMEM_LLM_ID not set"}
     assert outcome.summary() == "2 passed, 2 failed, 1 skipped"
+
+
+# A row of PROVENANCE.md's table: | `path` | ... | `sha256` |
+_ROW = re.compile(r"^\| `(?P<path>[^`]+)` \|.*\| `(?P<sha256>[0-9a-f]{64})` \|$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("suite", [s for s in SUITES if s.vendored], ids=lambda s: s.name)
+def test_vendored_files_are_theirs_unmodified(suite: Suite) -> None:
+    folder = VENDORED / str(suite.vendored)
+    recorded = {m["path"]: m["sha256"] for m in _ROW.finditer((folder / "PROVENANCE.md").read_text())}
+    present = {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "PROVENANCE.md"
+    }
+    # every file is accounted for, none edited, and the licence came with them
+    assert present == recorded
+    assert "LICENSE" in recorded
+    assert all((folder / path).is_file() for path in suite.paths)

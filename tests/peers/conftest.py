@@ -1,0 +1,3 @@
+"""The peers' vendored test files are theirs to run, in their own venv (suites.py): never part of ours."""
+
+collect_ignore = ["vendored"]
