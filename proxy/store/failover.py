@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -29,6 +29,8 @@ __all__ = [
 
 # A node that failed is skipped for DEAD_S seconds, doubling on each failure in a row up to MAX_DEAD_S: a
 # node restarted after a crash takes its share of calls again within seconds.
+T = TypeVar("T")
+
 DEAD_S = 2.0
 MAX_DEAD_S = 30.0
 
@@ -165,3 +167,33 @@ class HostRing:
         if host in self._failures:
             del self._failures[host]
             self._dead_until.pop(host, None)
+
+    async def first_answer(
+        self,
+        call: Callable[[str], Awaitable[T]],
+        *,
+        move_on: tuple[type[BaseException], ...],
+        give_up: tuple[type[BaseException], ...],
+        set_aside_on_give_up: bool,
+        unreachable: Callable[[str], Exception],
+    ) -> T:
+        """``call(host)`` on the hosts in turn until one answers. A failure of a ``move_on`` kind (what can
+        be sent again: the connection was refused, or the call is a read) sets the host aside and tries the
+        next; a ``give_up`` kind ends the call, setting the host aside when told to. When no host is left,
+        ``unreachable(message)`` is raised (a 503 with ``Retry-After``)."""
+        hosts = self.order()
+        for attempt, host in enumerate(hosts):
+            try:
+                answer = await call(host)
+            except move_on as exc:
+                self.failed(host)
+                if attempt + 1 < len(hosts):
+                    continue
+                raise unreachable(f"OpenSearch at {host} is unreachable: {exc}") from exc
+            except give_up as exc:
+                if set_aside_on_give_up:
+                    self.failed(host)
+                raise unreachable(f"OpenSearch at {host} is unreachable: {exc}") from exc
+            self.answered(host)
+            return answer
+        raise AssertionError("unreachable: the last host returns or raises")

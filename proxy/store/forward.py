@@ -74,24 +74,21 @@ async def forward(
     sent = strip_hop_by_hop(headers)
     if "X-Opaque-Id" not in sent:  # the caller's own X-Opaque-Id wins: its tooling is looking for it
         sent.update(opaque_id_headers())
-    hosts = store.passthrough_hosts.order()
-    for attempt, host in enumerate(hosts):
+
+    async def send(host: str) -> aiohttp.ClientResponse:
         target = URL(host + raw_path_qs, encoded=True)
-        try:
-            resp = await store.passthrough_http.request(
-                method, target, headers=sent, data=body, allow_redirects=False
-            )
-        except aiohttp.ClientConnectorError as exc:
-            store.passthrough_hosts.failed(host)
-            if attempt + 1 < len(hosts):
-                continue
-            raise unreachable(f"OpenSearch at {host} is unreachable: {exc}") from exc
-        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-            store.passthrough_hosts.failed(host)
-            raise unreachable(f"OpenSearch at {host} is unreachable: {exc}") from exc
-        store.passthrough_hosts.answered(host)
-        return UpstreamResponse(resp)
-    raise AssertionError("unreachable: the last host returns or raises")
+        return await store.passthrough_http.request(
+            method, target, headers=sent, data=body, allow_redirects=False
+        )
+
+    resp = await store.passthrough_hosts.first_answer(
+        send,
+        move_on=(aiohttp.ClientConnectorError,),
+        give_up=(aiohttp.ClientConnectionError, TimeoutError),
+        set_aside_on_give_up=True,
+        unreachable=unreachable,
+    )
+    return UpstreamResponse(resp)
 
 
 async def resolve_indices(store: Store, expression: str) -> set[str]:

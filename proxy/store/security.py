@@ -40,28 +40,26 @@ async def _authinfo_call(store: Store, authorization: str | None) -> tuple[int, 
     # The pass-through session has no overall timeout (a caller's long request is the caller's business);
     # this call is memproxy's own, so it gets the timeout of every other call memproxy makes.
     timeout = aiohttp.ClientTimeout(total=store.settings.opensearch_timeout_s)
-    hosts = store.passthrough_hosts.order()
-    for attempt, host in enumerate(hosts):
+
+    async def ask(host: str) -> tuple[int, bytes]:
         target = host + url("_plugins", "_security", "authinfo")
-        try:
-            async with store.passthrough_http.get(
-                target, headers=headers, allow_redirects=False, timeout=timeout
-            ) as resp:
-                raw = await resp.read()
-        except aiohttp.ClientConnectionError as exc:
-            # A GET: another node may answer it, whether or not this one saw it.
-            store.passthrough_hosts.failed(host)
-            if attempt + 1 < len(hosts):
-                continue
-            raise unreachable(f"OpenSearch is unreachable: {exc}") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise unreachable(f"OpenSearch is unreachable: {exc}") from exc
-        store.passthrough_hosts.answered(host)
-        try:
-            return resp.status, json.loads(raw) if raw else None
-        except ValueError:  # "Unauthorized" comes as text/plain
-            return resp.status, raw.decode("utf-8", "replace")
-    raise AssertionError("unreachable: the last host returns or raises")
+        async with store.passthrough_http.get(
+            target, headers=headers, allow_redirects=False, timeout=timeout
+        ) as resp:
+            return resp.status, await resp.read()
+
+    # A GET: another node may answer it, whether or not this one saw it.
+    status, raw = await store.passthrough_hosts.first_answer(
+        ask,
+        move_on=(aiohttp.ClientConnectionError,),
+        give_up=(aiohttp.ClientError, TimeoutError),
+        set_aside_on_give_up=False,
+        unreachable=unreachable,
+    )
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:  # "Unauthorized" comes as text/plain
+        return status, raw.decode("utf-8", "replace")
 
 
 def _failure(status: int, body: Any) -> OpenSearchError:
