@@ -208,11 +208,12 @@ def _update_errors_4xx(ref: Reply, mp: Reply) -> None:
 
 UPDATE_ERRORS_4XX = Deviation(
     "update-errors-4xx",
-    "A container update ml-commons refuses (an unknown strategy id, a strategy's type changed, the "
-    "embedding changed once strategies exist) answers the 4xx and message ml-commons' own check raises "
-    "(404 `Strategy with id <id> not found`, 400 `Cannot change strategy type from <A> to <B> for strategy "
-    "<id>`, 400 `Cannot change embedding configuration once strategies are configured. …`, as 3.8 "
-    "answers); ml-commons 3.6 wraps each in 500 `Internal server error`.",
+    "A container update ml-commons refuses (a container that does not exist, an unknown strategy id, a "
+    "strategy's type changed, the embedding changed once strategies exist) answers the 4xx and message "
+    "ml-commons' own check raises (404 `Memory container not found`, 404 `Strategy with id <id> not found`, "
+    "400 `Cannot change strategy type from <A> to <B> for strategy <id>`, 400 `Cannot change embedding "
+    "configuration once strategies are configured. …`, as 3.8 answers since #4930); ml-commons 3.6 wraps "
+    "each in 500 `Internal server error`.",
     _update_errors_4xx,
 )
 
