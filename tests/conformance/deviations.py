@@ -14,15 +14,20 @@ from typing import Any
 from tests.conformance.compare import Deviation, Reply, assert_same
 
 __all__ = [
+    "ADD_BUMPS_SESSION",
     "ADD_MEMORY_EMPTY_BODY",
     "AUTO_SESSION_DOCUMENT",
     "AUTO_SESSION_WITHOUT_SECURITY",
     "BODY_CONTAINER_ID",
+    "CALLER_CONTAINER_ID",
+    "CALLER_CONTAINER_ID_CHECKED",
+    "CHOSEN_CONTAINER",
     "CONNECTOR_IN_USE_EXACT",
     "CONNECTOR_MAP_TYPE_ERROR",
     "CONNECTOR_SCRIPTS_REFUSED",
     "CONNECTOR_UPDATE_CHECKED",
     "CONTAINER_UPDATE_REFRESHES",
+    "CONTENT_ONLY_TIMESTAMPS",
     "DELETE_BY_QUERY_PROCEEDS",
     "DEVIATION_LIST",
     "DIMENSION_CHECKED",
@@ -32,6 +37,7 @@ __all__ = [
     "HYBRID_TOTAL",
     "LOCAL_MODELS_REFUSED",
     "LONG_TERM_WITHOUT_STRATEGIES",
+    "OWN_SESSION_DOCUMENT",
     "SCRIPTS_REFUSED",
     "SESSION_ID_PER_CONTAINER",
     "SHARED_FAMILY_DELETE",
@@ -202,11 +208,12 @@ def _update_errors_4xx(ref: Reply, mp: Reply) -> None:
 
 UPDATE_ERRORS_4XX = Deviation(
     "update-errors-4xx",
-    "A container update ml-commons refuses (an unknown strategy id, a strategy's type changed, the "
-    "embedding changed once strategies exist) answers the 4xx and message ml-commons' own check raises "
-    "(404 `Strategy with id <id> not found`, 400 `Cannot change strategy type from <A> to <B> for strategy "
-    "<id>`, 400 `Cannot change embedding configuration once strategies are configured. …`, as 3.8 "
-    "answers); ml-commons 3.6 wraps each in 500 `Internal server error`.",
+    "A container update ml-commons refuses (a container that does not exist, an unknown strategy id, a "
+    "strategy's type changed, the embedding changed once strategies exist) answers the 4xx and message "
+    "ml-commons' own check raises (404 `Memory container not found`, 404 `Strategy with id <id> not found`, "
+    "400 `Cannot change strategy type from <A> to <B> for strategy <id>`, 400 `Cannot change embedding "
+    "configuration once strategies are configured. …`, as 3.8 answers since #4930); ml-commons 3.6 wraps "
+    "each in 500 `Internal server error`.",
     _update_errors_4xx,
 )
 
@@ -453,6 +460,99 @@ SHARED_FAMILY_DELETE = Deviation(
 )
 
 
+# The placeholder a flow names the caller's chosen container id with (``Trace.name``), on both sides.
+CHOSEN_CONTAINER = "<chosen-container>"
+
+
+def _caller_container_id(ref: Reply, mp: Reply) -> None:
+    if ref.status == 404:  # the get by the chosen id: ml-commons 3.6 made no container of that id
+        reason = _error(ref)[2]
+        assert reason.startswith("Failed to find memory container with the provided memory container id"), ref
+        assert mp.status == 200 and "configuration" in mp.body, mp
+        return
+    assert ref.status == 200 and ref.body["memory_container_id"] != CHOSEN_CONTAINER, ref
+    assert mp.status == 200 and mp.body == {"memory_container_id": CHOSEN_CONTAINER, "status": "created"}, mp
+
+
+CALLER_CONTAINER_ID = Deviation(
+    "caller-container-id",
+    "Create takes the caller's `memory_container_id` from the body and stores the container under it, as "
+    "ml-commons 3.9 does; ml-commons 3.6 ignores the field and answers an id of its own, so a get by the "
+    "chosen id is 404 there.",
+    _caller_container_id,
+)
+
+
+def _caller_container_id_checked(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 200 and ref.body.get("status") == "created", ref  # 3.6 ignored the id
+    if mp.status == 409:
+        assert _error(mp) == (
+            409,
+            "status_exception",
+            f"memory container id '{CHOSEN_CONTAINER}' already exists",
+        ), mp
+        return
+    assert _error(mp) == (
+        400,
+        "illegal_argument_exception",
+        "memory container id must not start with '_'",
+    ), mp
+
+
+CALLER_CONTAINER_ID_CHECKED = Deviation(
+    "caller-container-id-checked",
+    "A chosen `memory_container_id` that is taken is refused with 409 `status_exception` (`memory container "
+    "id 'X' already exists`), one that breaks ml-commons 3.9's rules with 400 `illegal_argument_exception`; "
+    "ml-commons 3.6 ignores the field and creates another container.",
+    _caller_container_id_checked,
+)
+
+
+def _own_session_document(ref: Reply, mp: Reply) -> None:
+    assert _error(ref) == (404, "status_exception", "Memory not found"), ref
+    assert mp.status == 200, mp
+    assert set(mp.body) == {"memory_container_id", "namespace", "created_time", "last_updated_time"}, mp
+    assert set(mp.body["namespace"]) == {"user_id", "session_id"}, mp
+
+
+OWN_SESSION_DOCUMENT = Deviation(
+    "own-session-document",
+    "An add whose `namespace.session_id` names a session that was never created first writes a minimal "
+    "session document (`owner_id` with security, `memory_container_id`, the add's `namespace`, "
+    "`created_time`, `last_updated_time`), and fails if it cannot, as ml-commons 3.8 does; ml-commons 3.6 "
+    "writes none, so the session is 404.",
+    _own_session_document,
+)
+
+
+def _add_bumps_session(ref: Reply, mp: Reply) -> None:
+    assert ref.body == {"last_updated_time_moved": False}, ref
+    assert mp.body == {"last_updated_time_moved": True}, mp
+
+
+ADD_BUMPS_SESSION = Deviation(
+    "add-bumps-session",
+    "Adding working memory to a session moves the session's `last_updated_time`, as ml-commons 3.8 does; "
+    "ml-commons 3.6 leaves it.",
+    _add_bumps_session,
+)
+
+
+def _content_only_timestamps(ref: Reply, mp: Reply) -> None:
+    assert ref.body == {"last_updated_time_moved": True}, ref
+    assert mp.body == {"last_updated_time_moved": False}, mp
+
+
+CONTENT_ONLY_TIMESTAMPS = Deviation(
+    "content-only-timestamps",
+    "An update moves `last_updated_time` only when it changes content (a session's `summary`; a working "
+    "memory's `messages`, `binary_data`, `structured_data`, `structured_data_blob`; a long-term `memory`), "
+    "not for `metadata`, `tags`, `agents` or `additional_info` alone, as ml-commons 3.8 does; ml-commons 3.6 "
+    "moves it on every update.",
+    _content_only_timestamps,
+)
+
+
 DEVIATION_LIST: list[Deviation] = [
     EFFICIENT_FILTERING,
     LONG_TERM_WITHOUT_STRATEGIES,
@@ -476,4 +576,9 @@ DEVIATION_LIST: list[Deviation] = [
     SESSION_ID_PER_CONTAINER,
     HIDDEN_PREFIX_REFUSED,
     SHARED_FAMILY_DELETE,
+    CALLER_CONTAINER_ID,
+    CALLER_CONTAINER_ID_CHECKED,
+    OWN_SESSION_DOCUMENT,
+    ADD_BUMPS_SESSION,
+    CONTENT_ONLY_TIMESTAMPS,
 ]

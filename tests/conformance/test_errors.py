@@ -66,6 +66,7 @@ ROWS: list[tuple[str, str, str, Any]] = [
     ("create strategy without llm", "POST", "/_create",
      {"name": "x", "configuration": {"strategies": [SEMANTIC]}}),
     ("update no body", "PUT", "/{plain}", None),
+    ("update container missing", "PUT", NONE, {"name": "x"}),
     ("update unknown strategy", "PUT", "/{smart}",
      {"configuration": {"strategies": [{**SEMANTIC, "id": "no-such-strategy"}]}}),
     ("add memory empty object", "POST", "/{plain}/memories", {}),
@@ -147,6 +148,7 @@ def error_traces(sides: tuple[Side, Side]) -> tuple[Trace, Trace]:
 def test_error_catalogue(error_traces: tuple[Trace, Trace]) -> None:
     deviations = {
         "add memory no body": ADD_MEMORY_EMPTY_BODY,
+        "update container missing": UPDATE_ERRORS_4XX,
         "update unknown strategy": UPDATE_ERRORS_4XX,
         "search bad query": DSL_ALLOWLIST,
         "search with a global aggregation": DSL_ALLOWLIST,

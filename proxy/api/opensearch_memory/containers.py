@@ -45,6 +45,8 @@ async def create(request: web.Request) -> web.Response:
     if body.get("name") is None:
         raise BadRequest("name is null")
     configuration = parse_configuration(raw_configuration or {})
+    # ml-commons 3.9: the caller may choose the id (its rules are checked in core, as for a GoodMem spaceId).
+    chosen_id = optional(body, "memory_container_id", as_str)
     who = request.get(PRINCIPAL)
     container = await core.create_container(
         services(request),
@@ -52,6 +54,7 @@ async def create(request: web.Request) -> web.Response:
         description=optional(body, "description", as_str),
         configuration=configuration,
         backend_roles=backend_roles,
+        container_id=chosen_id,
         owner=who.owner_record() if who is not None else None,
         claim=FamilyClaim(request.app[IDENTITY], who) if who is not None else None,
     )

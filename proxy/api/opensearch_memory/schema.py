@@ -70,6 +70,11 @@ class NewContainer(_In):
     description: str | None = None
     configuration: Configuration | None = None
     backend_roles: list[str] | None = None
+    memory_container_id: str | None = Field(
+        None,
+        description="the id to create it under (ml-commons 3.9): letters, digits, `_` and `-`, starting "
+        "with a letter or digit, at most 512 bytes; 409 when taken",
+    )
 
 
 class ContainerUpdate(_In):
