@@ -6,7 +6,9 @@ pictures to ``docs/img/console-{timeline,score-curve,vector-map}.png``.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,13 +130,49 @@ def test_the_container_page_charts_memories_over_time_per_type(world: World, bro
         for g in all_css(browser, "#timeline g.series")
     ]
     assert len({tuple(x) for x in xs}) == 1 and len(xs[0]) >= 1
-    picture(browser, "#over-time", "timeline")
 
     # A GoodMem space: its memory records are a series of their own, beside their chunks (long-term).
     browser.get(world.url + CONSOLE + f"/containers/{world.space_id}")
     counts = counts_per_series(browser)
     assert counts["GoodMem memories"] == len(SPACE_MEMORIES)
     assert counts["long-term"] >= len(SPACE_MEMORIES)
+
+
+def test_a_month_of_memories_is_charted_by_day(
+    world: World,  # noqa: F811
+    mapped: Mapped,
+    browser: Any,  # noqa: F811
+    opensearch_url: str,
+) -> None:
+    """Memories written over 27 days (their times set on the node, as an old container has them): one
+    point per day, and the points add up to every memory."""
+    day = 86_400_000
+    now = int(time.time() * 1000)
+    index = f"console-{world.tag}-memory-long-term"
+    ids = sorted(i for group in mapped.ids.values() for i in group)
+    lines = []
+    for n, memory_id in enumerate(ids):
+        # Older days hold fewer memories: a container that grew.
+        at = now - (len(ids) - 1 - n) ** 2 * day // len(ids)
+        lines += [
+            json.dumps({"update": {"_index": index, "_id": memory_id}}),
+            json.dumps({"doc": {"created_time": at, "last_updated_time": at}}),
+        ]
+    answer = httpx.post(
+        f"{opensearch_url}/_bulk",
+        params={"refresh": "true"},
+        content="\n".join(lines) + "\n",
+        headers={"content-type": "application/x-ndjson"},
+        timeout=60,
+    ).json()
+    assert not answer["errors"], answer
+    sign_in(browser, world.url, world.key)
+    browser.get(world.url + CONSOLE + f"/containers/{mapped.container_id}")
+    assert counts_per_series(browser)["long-term"] == len(ids)
+    assert "one point per day" in by_css(browser, "#timeline .x-label").text
+    points = [c for c in all_css(browser, "#timeline g.series[data-series='long-term'] circle")]
+    assert len(points) >= 20
+    picture(browser, "#over-time", "timeline")
 
 
 def _playground(driver: Any, url: str, container_id: str, mode: str, query: str, **fields: str) -> None:

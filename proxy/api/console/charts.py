@@ -27,7 +27,8 @@ __all__ = [
 
 WIDTH, HEIGHT = 720, 260
 # Room for the y axis' labels on the left and the x axis' below.
-LEFT, RIGHT, TOP, BOTTOM = 60, 16, 14, 44
+# RIGHT leaves room for half of the last x tick's label (a date is ~60 units wide), centred on the last point.
+LEFT, RIGHT, TOP, BOTTOM = 60, 40, 14, 44
 SERIES_CLASSES = 6  # console.css colours series s0 … s5
 
 
