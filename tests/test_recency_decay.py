@@ -23,7 +23,7 @@ from opensearchpy import OpenSearch, TransportError
 from proxy.core.clock import now_ms
 from proxy.core.recency import parse_half_life
 from proxy.errors import BadRequest
-from proxy.store.query import And, Recency, Term
+from proxy.store.query import And, Not, Recency, Term
 from proxy.store.query_dsl import (
     RECENCY_CANDIDATE_FACTOR,
     bm25_search_body,
@@ -210,11 +210,11 @@ def test_graph_walked_knn_body_decays_on_the_node(aged: Aged, opensearch_url: st
             And((Term("memory_container_id", aged.cid), Term("namespace.user_id", "a")))
         )
 
-        def scores(recency: Recency | None) -> dict[str, float]:
+        def scores(recency: Recency | None, k: int = 3, selection: Any = selection) -> dict[str, float]:
             body = vector_search_body(
                 field="memory_embedding",
                 vector=by_label["old"]["memory_embedding"],
-                k=3,
+                k=k,
                 filter_dsl=selection,
                 recency=recency,
                 source_includes=("tags",),
@@ -222,13 +222,28 @@ def test_graph_walked_knn_body_decays_on_the_node(aged: Aged, opensearch_url: st
             answer = node.search(index=aged.index, body=body, params={"routing": aged.cid})
             return {h["_source"]["tags"]["label"]: float(h["_score"]) for h in answer["hits"]["hits"]}
 
-        plain, decayed = scores(None), scores(Recency(half_life_ms=30 * DAY_MS, now_ms=now_ms()))
+        recency = Recency(half_life_ms=30 * DAY_MS, now_ms=now_ms())
+        plain, decayed = scores(None), scores(recency)
+        # k = 1 without the pinned copy: by similarity the aged copy is the only candidate a k = 1 knn would
+        # keep; the k * RECENCY_CANDIDATE_FACTOR candidates let the fresh paraphrase in, and it wins.
+        unpinned = compile_filter(
+            And(
+                (
+                    Term("memory_container_id", aged.cid),
+                    Term("namespace.user_id", "a"),
+                    Not(Term("tags.label", "pinned")),
+                )
+            )
+        )
+        top_plain = scores(None, k=1, selection=unpinned)
+        top_decayed = scores(recency, k=1, selection=unpinned)
     finally:
         node.close()
     assert set(plain) == set(decayed) == {"old", "pinned", "fresh"}
     assert decayed["pinned"] == pytest.approx(plain["pinned"], abs=1e-6)
     assert decayed["old"] == pytest.approx(plain["old"] * 0.25, rel=1e-4)
     assert decayed["fresh"] > decayed["old"]
+    assert list(top_plain) == ["old"] and list(top_decayed) == ["fresh"]
 
 
 def test_semantic_min_score_applies_to_the_decayed_score(client: OpenSearch, aged: Aged) -> None:
