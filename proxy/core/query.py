@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from proxy.store.query import Filter, MatchAll
+from proxy.store.query import Filter, MatchAll, Recency
 
 if TYPE_CHECKING:
     from proxy.core.container_record import Container
@@ -24,7 +24,9 @@ class VectorSearch:
 
     Give ``query_text`` (embedded with the embedder of ``vector_field``) or a ready ``vector``. Every filter,
     the container's own included, is applied inside the knn clause, so the answer holds min(k, matching)
-    hits before ``min_score`` (on the ml-commons score ``(1 + cos) / 2``) drops any.
+    hits before ``min_score`` (on the ml-commons score ``(1 + cos) / 2``) drops any. ``recency`` (opt-in,
+    a memproxy extension) multiplies each score by its age's decay factor on the node first, so ``min_score``
+    then applies to the decayed score.
     """
 
     container: Container
@@ -37,3 +39,4 @@ class VectorSearch:
     vector_field: str = DEFAULT_VECTOR_FIELD
     source_excludes: tuple[str, ...] = ()
     source_includes: tuple[str, ...] = ()
+    recency: Recency | None = None

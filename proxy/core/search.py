@@ -193,11 +193,14 @@ async def _knn(
             source_includes=source_includes,
             source_excludes=_source_excludes(search),
             routing=search.container.id,
+            recency=search.recency,
         )
 
     response = await run(exact, search.source_includes)
     canary = svc.canary
-    if not exact and canary is not None and canary.wants():
+    # A decayed search's candidates are k * a factor, its scores no longer similarities: the canary measures
+    # the graph's recall on plain searches only.
+    if not exact and search.recency is None and canary is not None and canary.wants():
 
         async def exact_scores() -> list[float]:
             # Only the scores are compared: fetch one small field, not the memories.
@@ -288,6 +291,7 @@ async def hybrid_search_result(
         source_includes=search.source_includes,
         source_excludes=_source_excludes(search),
         routing=search.container.id,
+        recency=search.recency,
     )
     lexical, neural = await asyncio.gather(
         _or_none(lexical_leg), _or_none(_knn(svc, search, index, vector, with_min_score=False, exact=exact))

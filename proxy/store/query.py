@@ -23,6 +23,7 @@ __all__ = [
     "Or",
     "Range",
     "RawDsl",
+    "Recency",
     "Term",
     "Terms",
     "all_of",
@@ -112,6 +113,16 @@ def all_of(filters: Iterable[Filter | None]) -> Filter:
 def term_map(prefix: str, values: Mapping[str, Any] | None) -> list[Filter]:
     """One ``Term`` per entry, on ``<prefix>.<key>`` (ml-commons' namespace/tags filters), in input order."""
     return [Term(f"{prefix}.{key}", value) for key, value in (values or {}).items()]
+
+
+@dataclass(frozen=True)
+class Recency:
+    """Opt-in recency decay of a search's scores (docs/opensearch-api.md, "Recency decay"): each hit's
+    score times ``0.5 ** (age / half_life)``, age = ``|now_ms - last_updated_time|``; pinned memories
+    keep factor 1."""
+
+    half_life_ms: int
+    now_ms: int
 
 
 @dataclass(frozen=True)

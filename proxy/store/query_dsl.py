@@ -25,12 +25,14 @@ from proxy.store.query import (
     Or,
     Range,
     RawDsl,
+    Recency,
     Term,
     Terms,
 )
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
+    "RECENCY_CANDIDATE_FACTOR",
     "SPACE_TYPE",
     "NeuralClause",
     "add_filter",
@@ -42,6 +44,7 @@ __all__ = [
     "exact_vector_search_body",
     "knn_clause",
     "neural_clauses",
+    "recency_decayed",
     "replace_neural",
     "vector_search_body",
 ]
@@ -60,6 +63,15 @@ DEFAULT_EF_SEARCH = 300
 # exact search scores with the k-NN plugin's own ``knn_score`` script in this space, whose score in k-NN 3.6
 # is the knn query's for the lucene engine, (1 + cos) / 2 (tests/test_exact_search.py compares them).
 SPACE_TYPE = "cosinesimil"
+
+# With recency decay the knn query still picks its k candidates by similarity alone, and the decay re-ranks
+# only those: asking for k * this many lets a fresher memory just outside the top k by similarity enter
+# (``size`` stays k). Capped at the knn's own maximum, index.max_result_window.
+RECENCY_CANDIDATE_FACTOR = 4
+MAX_KNN_K = 10_000
+# The long-term fields the decay reads (index_templates/long_term.json.j2 maps both).
+RECENCY_DATE_FIELD = "last_updated_time"
+PINNED_FIELD = "pinned"
 
 
 def compile_filter(f: Filter) -> dict[str, Any] | None:
@@ -124,6 +136,36 @@ def knn_clause(
     return {"knn": {field: body}}
 
 
+def recency_decayed(query: Mapping[str, Any], recency: Recency) -> dict[str, Any]:
+    """``query`` with every hit's score multiplied by ``0.5 ** (age / half_life)`` on the node.
+
+    The node's ``exp`` decay on a date field is ``exp(ln(decay) / scale * max(0, |value - origin| -
+    offset))``; decay 0.5, scale = the half-life and offset 0 make it exactly that power of one half. No
+    function matches a pinned memory, and a ``function_score`` whose functions all miss a document leaves its
+    score as the query gave it (factor 1). A document without ``last_updated_time`` gets the decay's
+    missing-field factor, 1, too. Filters stay inside ``query`` (the knn clause), untouched."""
+    return {
+        "function_score": {
+            "query": dict(query),
+            "functions": [
+                {
+                    "filter": {"bool": {"must_not": [{"term": {PINNED_FIELD: True}}]}},
+                    "exp": {
+                        RECENCY_DATE_FIELD: {
+                            "origin": recency.now_ms,
+                            "scale": f"{recency.half_life_ms}ms",
+                            "offset": "0ms",
+                            "decay": 0.5,
+                        }
+                    },
+                }
+            ],
+            "score_mode": "multiply",
+            "boost_mode": "multiply",
+        }
+    }
+
+
 def _source_spec(includes: Sequence[str], excludes: Sequence[str]) -> dict[str, Any]:
     return {"includes": list(includes), "excludes": list(excludes)}
 
@@ -138,12 +180,21 @@ def vector_search_body(
     ef_search: int | None = None,
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
+    recency: Recency | None = None,
 ) -> dict[str, Any]:
-    """One search request: a knn query with the whole filter inside it, ``size`` = k."""
+    """One search request: a knn query with the whole filter inside it, ``size`` = k; with ``recency``
+    the knn gathers k * :data:`RECENCY_CANDIDATE_FACTOR` candidates and :func:`recency_decayed` re-ranks
+    them."""
+    query = knn_clause(field, vector, k, filter_dsl=filter_dsl, ef_search=ef_search)
+    if recency is not None:
+        candidates = min(k * RECENCY_CANDIDATE_FACTOR, MAX_KNN_K)
+        query = recency_decayed(
+            knn_clause(field, vector, candidates, filter_dsl=filter_dsl, ef_search=ef_search), recency
+        )
     body: dict[str, Any] = {
         "size": k,
         "_source": _source_spec(source_includes, source_excludes),
-        "query": knn_clause(field, vector, k, filter_dsl=filter_dsl, ef_search=ef_search),
+        "query": query,
     }
     if min_score is not None:
         # Request-level min_score (not the radial knn one): it drops hits by their final _score, which
@@ -161,29 +212,32 @@ def exact_vector_search_body(
     min_score: float | None = None,
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
+    recency: Recency | None = None,
 ) -> dict[str, Any]:
     """The exact twin of :func:`vector_search_body`: every document the filter matches scored by the k-NN
     plugin's ``knn_score`` script (brute force, recall 1.0 by construction), top ``size`` = k, the same
     scores, ``_source`` and ``min_score``. Cheaper than the graph walk for small filtered sets only (see
     ``--exact-search-threshold`` in docs/benchmarks.md). The script is memproxy's own, on its own request:
-    callers' scripts stay refused (``proxy.store.dsl_policy``)."""
+    callers' scripts stay refused (``proxy.store.dsl_policy``). ``recency`` decays every match's score
+    (:func:`recency_decayed`): exact scoring has no candidate cut, so no fresher memory is left out."""
+    query: dict[str, Any] = {
+        "script_score": {
+            "query": {
+                "bool": {"filter": [dict(filter_dsl) if filter_dsl is not None else {"match_all": {}}]}
+            },
+            "script": {
+                "lang": "knn",
+                "source": "knn_score",
+                "params": {"field": field, "query_value": list(vector), "space_type": SPACE_TYPE},
+            },
+        }
+    }
     body: dict[str, Any] = {
         "size": k,
         "_source": _source_spec(source_includes, source_excludes),
         # The knn query's total is the hits it kept; this one would count every match (the store rewrites it).
         "track_total_hits": False,
-        "query": {
-            "script_score": {
-                "query": {
-                    "bool": {"filter": [dict(filter_dsl) if filter_dsl is not None else {"match_all": {}}]}
-                },
-                "script": {
-                    "lang": "knn",
-                    "source": "knn_score",
-                    "params": {"field": field, "query_value": list(vector), "space_type": SPACE_TYPE},
-                },
-            }
-        },
+        "query": query if recency is None else recency_decayed(query, recency),
     }
     if min_score is not None:
         body["min_score"] = min_score
@@ -210,12 +264,15 @@ def bm25_search_body(
     filter_dsl: Mapping[str, Any] | None,
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
+    recency: Recency | None = None,
 ) -> dict[str, Any]:
-    """The lexical leg of hybrid search: ``match`` on the text, the same filter as the vector leg."""
+    """The lexical leg of hybrid search: ``match`` on the text, the same filter as the vector leg, and the
+    same ``recency`` decay (so both legs rank by decayed scores before the fusion normalises them)."""
     query: dict[str, Any] = {"bool": {"must": [{"match": {text_field: text}}]}}
     if filter_dsl is not None:
         query["bool"]["filter"] = [dict(filter_dsl)]
-    return {"size": size, "_source": _source_spec(source_includes, source_excludes), "query": query}
+    decayed = query if recency is None else recency_decayed(query, recency)
+    return {"size": size, "_source": _source_spec(source_includes, source_excludes), "query": decayed}
 
 
 def add_filter(query: Mapping[str, Any] | None, clause: Mapping[str, Any]) -> dict[str, Any]:

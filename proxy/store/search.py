@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.store.client import Store
 from proxy.store.memories import search
-from proxy.store.query import Filter, Hit
+from proxy.store.query import Filter, Hit, Recency
 from proxy.store.query_dsl import (
     add_filter,
     apply_ml_search_options,
@@ -78,13 +78,15 @@ async def vector_search(
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
     routing: str | Sequence[str] | None = None,
+    recency: Recency | None = None,
 ) -> dict[str, Any]:
     """The top k of ``selection`` by vector, ``size`` = k; the node's answer.
 
     By default one knn request with all of ``selection`` inside the knn clause (see
     :func:`proxy.store.query_dsl.vector_search_body`); ``exact`` scores every match instead
     (:func:`proxy.store.query_dsl.exact_vector_search_body`: same scores, ``ef_search`` unused), and its
-    ``hits.total`` is the hits kept, as the knn query's is."""
+    ``hits.total`` is the hits kept, as the knn query's is. ``recency`` decays the scores on the node
+    (:func:`proxy.store.query_dsl.recency_decayed`)."""
     filter_dsl = compile_filter(selection)
     if not exact:
         body = vector_search_body(
@@ -96,6 +98,7 @@ async def vector_search(
             ef_search=ef_search,
             source_includes=source_includes,
             source_excludes=source_excludes,
+            recency=recency,
         )
         return await search(store, index, body, routing=routing)
     exact_body = exact_vector_search_body(
@@ -106,6 +109,7 @@ async def vector_search(
         min_score=min_score,
         source_includes=source_includes,
         source_excludes=source_excludes,
+        recency=recency,
     )
     answer = await search(store, index, exact_body, routing=routing)
     answer["hits"]["total"] = {"value": len(answer["hits"]["hits"]), "relation": "eq"}
@@ -138,6 +142,7 @@ async def lexical_search(
     source_includes: Sequence[str] = (),
     source_excludes: Sequence[str] = (),
     routing: str | Sequence[str] | None = None,
+    recency: Recency | None = None,
 ) -> dict[str, Any]:
     """BM25 ``match`` of ``text`` on ``text_field`` under ``selection``, top ``size``; the node's answer."""
     body = bm25_search_body(
@@ -147,6 +152,7 @@ async def lexical_search(
         filter_dsl=compile_filter(selection),
         source_includes=source_includes,
         source_excludes=source_excludes,
+        recency=recency,
     )
     return await search(store, index, body, routing=routing)
 

@@ -34,7 +34,9 @@ from proxy.core.goodmem.retrieve.request import (
     SpaceKey,
     check_space_count,
 )
+from proxy.core.recency import recency_from
 from proxy.errors import BadRequest
+from proxy.store.query import Recency
 
 __all__ = ["RetrieveBody", "parse_post_body"]
 
@@ -266,6 +268,19 @@ def _logging(value: Any) -> None:
         raise BadRequest("logging.callerAttributes must be an object of at most 32 scalars")
 
 
+def _recency(value: Any) -> Recency | None:
+    """memproxy extension ``memproxyRecency: {"halfLife": "30d"}``: the opt-in recency decay. A top-level key
+    GoodMem does not define, so a GoodMem client that never sends it is unaffected."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadRequest('memproxyRecency must be an object such as {"halfLife": "30d"}')
+    half_life = value.get("halfLife", value.get("half_life"))
+    if half_life is None:
+        raise BadRequest("memproxyRecency.halfLife is required")
+    return recency_from(half_life, "memproxyRecency.halfLife")
+
+
 class RetrieveBody(_Wire):
     """``RetrieveMemoryRequest``; fields are checked in this order."""
 
@@ -283,6 +298,7 @@ class RetrieveBody(_Wire):
     hnsw: HnswOptions | None = _field("hnsw")
     chat: Annotated[ChatConfig | None, BeforeValidator(_post_processor)] = _field("postProcessor")
     output_budget: Annotated[int | None, BeforeValidator(_output_budget)] = _field("outputBudget")
+    recency: Annotated[Recency | None, BeforeValidator(_recency)] = _field("memproxyRecency")
 
     @field_validator("fetch_memory_content", mode="before")
     @classmethod
@@ -310,6 +326,7 @@ class RetrieveBody(_Wire):
             hnsw=self.hnsw,
             chat=self.chat,
             output_budget_tokens=self.output_budget,
+            recency=self.recency,
         )
 
 

@@ -16,9 +16,10 @@ from proxy.api.opensearch_memory.common import (
 from proxy.api.opensearch_memory.lenient import as_float, as_int, as_object, as_str, scalar_string_map
 from proxy.core.container_record import Container
 from proxy.core.query import VectorSearch
+from proxy.core.recency import recency_from
 from proxy.core.search import MAX_K, SearchResult, hybrid_search_result, vector_search
 from proxy.errors import BadRequest
-from proxy.store.query import Filter, Hit, RawDsl, all_of, term_map
+from proxy.store.query import Filter, Hit, RawDsl, Recency, all_of, term_map
 
 __all__ = ["hybrid_search", "render_search_result", "semantic_search"]
 
@@ -76,6 +77,21 @@ def _parse_common(body: dict[str, Any]) -> tuple[str, int, Filter, float | None,
     return as_str(query), k, all_of(clauses), min_score, ef_search
 
 
+def _recency(body: dict[str, Any]) -> Recency | None:
+    """memproxy extension: ``"recency": {"half_life": "30d"}`` turns the recency decay on; absent: off."""
+    value = body.get("recency")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest('recency must be an object such as {"half_life": "30d"}')
+    unknown = sorted(set(value) - {"half_life"})
+    if unknown:
+        raise BadRequest(f"recency has unknown field [{unknown[0]}]; it takes half_life")
+    if value.get("half_life") is None:
+        raise BadRequest("recency.half_life is required")
+    return recency_from(value["half_life"], "recency.half_life")
+
+
 def _check_searchable(container: Container) -> None:
     cfg = container.configuration
     if not cfg.get("embedding_model_type"):
@@ -87,10 +103,17 @@ def _check_searchable(container: Container) -> None:
 async def semantic_search(request: web.Request) -> web.Response:
     body = await object_body(request, "Semantic search memories request has empty body")
     query, k, filter_, min_score, ef_search = _parse_common(body)
+    recency = _recency(body)
     container = await load_container(request, cached=True)
     _check_searchable(container)
     search = VectorSearch(
-        container=container, k=k, query_text=query, filter=filter_, min_score=min_score, ef_search=ef_search
+        container=container,
+        k=k,
+        query_text=query,
+        filter=filter_,
+        min_score=min_score,
+        ef_search=ef_search,
+        recency=recency,
     )
     with search_failures("Semantic search execution failed"):
         result = await vector_search(services(request), search)
@@ -111,10 +134,17 @@ async def hybrid_search(request: web.Request) -> web.Response:
     body = await object_body(request, "Hybrid search memories request has empty body")
     query, k, filter_, min_score, ef_search = _parse_common(body)
     bm25, neural = _weights(body)
+    recency = _recency(body)
     container = await load_container(request, cached=True)
     _check_searchable(container)
     search = VectorSearch(
-        container=container, k=k, query_text=query, filter=filter_, min_score=min_score, ef_search=ef_search
+        container=container,
+        k=k,
+        query_text=query,
+        filter=filter_,
+        min_score=min_score,
+        ef_search=ef_search,
+        recency=recency,
     )
     with search_failures("Hybrid search execution failed"):
         result = await hybrid_search_result(services(request), search, bm25_weight=bm25, neural_weight=neural)

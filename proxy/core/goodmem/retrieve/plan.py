@@ -40,7 +40,7 @@ from proxy.core.slots import CallerSlots
 from proxy.core.tasks import gather
 from proxy.errors import BadRequest, MemproxyError
 from proxy.filters import parse_filter
-from proxy.store.query import Filter, Hit, MatchAll, MetadataFilter, Terms
+from proxy.store.query import Filter, Hit, MatchAll, MetadataFilter, Recency, Terms
 from proxy.store.query_dsl import compile_filter
 
 __all__ = ["RetrievalPlan", "Retriever", "SpaceFailed", "SpaceSkipped", "parse_space_filter"]
@@ -205,7 +205,9 @@ class Retriever:
             (f.embedder_id for p in searchable for f in p.fields if f.weight != 0), query_text(req)
         )
         ef = req.hnsw.ef_search if req.hnsw else None
-        outcomes = await gather([self._space_outcome(p, vectors, req.requested_size, ef) for p in searchable])
+        outcomes = await gather(
+            [self._space_outcome(p, vectors, req.requested_size, ef, req.recency) for p in searchable]
+        )
         failures = [(p, o) for p, o in zip(searchable, outcomes, strict=True) if isinstance(o, MemproxyError)]
         if failures and len(failures) == len(searchable):
             raise failures[0][1]
@@ -235,11 +237,16 @@ class Retriever:
         return tuple(_Field(name, embedder_id, weights[embedder_id]) for name, embedder_id in fields)
 
     async def _space_outcome(
-        self, plan: _SpaceSearch, vectors: Mapping[str, list[float]], size: int, ef_search: int | None
+        self,
+        plan: _SpaceSearch,
+        vectors: Mapping[str, list[float]],
+        size: int,
+        ef_search: int | None,
+        recency: Recency | None,
     ) -> list[RankedChunk] | MemproxyError:
         """A server-side failure of one space is returned (it becomes a note if other spaces succeed)."""
         try:
-            return await self._search_space(plan, vectors, size, ef_search)
+            return await self._search_space(plan, vectors, size, ef_search, recency)
         except MemproxyError as exc:
             if exc.status < 500:
                 raise
@@ -247,9 +254,16 @@ class Retriever:
             return exc
 
     async def _search_space(
-        self, plan: _SpaceSearch, vectors: Mapping[str, list[float]], size: int, ef_search: int | None
+        self,
+        plan: _SpaceSearch,
+        vectors: Mapping[str, list[float]],
+        size: int,
+        ef_search: int | None,
+        recency: Recency | None,
     ) -> list[RankedChunk]:
-        """The space's candidates (top ``size`` of each positively weighted embedder), fused exactly."""
+        """The space's candidates (top ``size`` of each positively weighted embedder), fused exactly. With
+        ``recency`` every score the node returns is decayed (the second pass's too: one request time), so
+        the fused score is the decayed ``(1 + cos) / 2`` read back as a cosine."""
         active = [f for f in plan.fields if f.weight != 0]
 
         def search(f: _Field, k: int, flt: Filter) -> Awaitable[list[Hit]]:
@@ -262,6 +276,7 @@ class Retriever:
                     ef_search=ef_search,
                     vector_field=f.vector_field,
                     source_excludes=("metadata",),
+                    recency=recency,
                 )
             )
 

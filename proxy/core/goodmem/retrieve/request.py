@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from proxy.errors import BadRequest
 from proxy.filters import check_filter_total
+from proxy.store.query import Recency
 
 __all__ = [
     "CHAT_POST_PROCESSOR",
@@ -92,6 +93,8 @@ class RetrieveRequest:
     output_budget_tokens: int | None = None
     # Whether the caller gave a positive requestedSize (the post-processor's max_results defaults to it).
     requested_size_set: bool = False
+    # memproxy extension (``memproxyRecency``): the opt-in recency decay of every space's search.
+    recency: Recency | None = None
 
     def __post_init__(self) -> None:
         """The bounds on what one request may fan out into (docs/security.md): every way of building a
