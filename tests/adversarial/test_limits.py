@@ -37,6 +37,7 @@ MC = "/_plugins/_ml/memory_containers"
 CONTAINER_INDEX = ".plugins-ml-am-memory-container"
 MEMORIES_INDEX = "memproxy-goodmem-memories"
 TEN_MB = 10 * 1024 * 1024
+POLL_EVERY_S = 0.05
 
 
 @dataclass
@@ -487,7 +488,8 @@ def test_health_and_a_neighbour_stay_fast_under_heavy_input(world: World) -> Non
             status, events = retrieve(world, world.tenant_b, "which tea does the neighbour like")
             neighbour.append((status, time.perf_counter() - started, events))
 
-    with HealthPoller(world.proxy.url) as poller, ThreadPoolExecutor(16) as pool:
+    with HealthPoller(world.proxy.url, every_s=POLL_EVERY_S) as poller, ThreadPoolExecutor(16) as pool:
+        load_started = time.perf_counter()
         jobs = [pool.submit(run, "big-memory", big_memory) for _ in range(4)]
         jobs += [pool.submit(run, "big-embedding", big_embedding) for _ in range(4)]
         jobs += [pool.submit(run, "chunk-size-1", chunk_size_one)]
@@ -495,11 +497,12 @@ def test_health_and_a_neighbour_stay_fast_under_heavy_input(world: World) -> Non
         jobs += [pool.submit(neighbour_retrieves)]
         for job in jobs:
             job.result(timeout=600)
+        load_s = time.perf_counter() - load_started
     latencies = sorted(poller.latencies)
     worst, p50 = latencies[-1], statistics.median(latencies)
     print(
         f"\nhealth during heavy input: {len(latencies)} polls, max {worst * 1000:.0f} ms, "
-        f"p50 {p50 * 1000:.1f} ms; neighbour retrieves: "
+        f"p50 {p50 * 1000:.1f} ms, load {load_s:.1f} s; neighbour retrieves: "
         + ", ".join(f"{status} in {seconds:.2f} s" for status, seconds, _ in neighbour)
         + f"; outcomes: {sorted(outcomes)}"
     )
@@ -507,7 +510,12 @@ def test_health_and_a_neighbour_stay_fast_under_heavy_input(world: World) -> Non
     assert dict(outcomes)["big-memory"] == 413 and dict(outcomes)["chunk-size-1"] == 400
     assert all(status == 200 for name, status in outcomes if name == "big-embedding")
     assert any(status in (200, 207) for name, status in outcomes if name.startswith("filler"))
-    assert len(latencies) > 20 and worst < 1.0, (worst, p50)
+    # The poller must have sampled the whole load, however long the load took on this machine: a poll
+    # loop that stalled (or never ran) takes far fewer samples than the load's length allows.
+    # (A third of the most it could take: on two busy cores the poller's own wake-ups run late.)
+    possible = load_s / (POLL_EVERY_S + statistics.fmean(latencies))
+    assert len(latencies) >= max(10, possible / 3), (len(latencies), possible, load_s)
+    assert worst < 1.0, (worst, p50)
     assert [status for status, _, _ in neighbour] == [200, 200, 200]
     for _, _, events in neighbour:
         assert any("retrievedItem" in e for e in events), events
