@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -54,7 +54,18 @@ def render_search_result(result: SearchResult) -> dict[str, Any]:
     }
 
 
-def _parse_common(body: dict[str, Any]) -> tuple[str, int, Filter, float | None, int | None]:
+class _Parsed(NamedTuple):
+    """What both searches read from their body (before the container is loaded)."""
+
+    query: str
+    k: int
+    filter: Filter
+    min_score: float | None
+    ef_search: int | None
+    recency: Recency | None
+
+
+def _parse_common(body: dict[str, Any]) -> _Parsed:
     query = body.get("query")
     if query is None or not as_str(query).strip():
         raise BadRequest("query cannot be null or blank")
@@ -74,7 +85,7 @@ def _parse_common(body: dict[str, Any]) -> tuple[str, int, Filter, float | None,
     ef_search = as_int(body["ef_search"]) if body.get("ef_search") is not None else None
     if ef_search is not None and ef_search < 1:
         raise BadRequest("ef_search must be a positive integer")
-    return as_str(query), k, all_of(clauses), min_score, ef_search
+    return _Parsed(as_str(query), k, all_of(clauses), min_score, ef_search, _recency(body))
 
 
 def _recency(body: dict[str, Any]) -> Recency | None:
@@ -100,21 +111,23 @@ def _check_searchable(container: Container) -> None:
         raise BadRequest(NO_EMBEDDING_ID, os_type="status_exception")
 
 
-async def semantic_search(request: web.Request) -> web.Response:
-    body = await object_body(request, "Semantic search memories request has empty body")
-    query, k, filter_, min_score, ef_search = _parse_common(body)
-    recency = _recency(body)
+async def _vector_search_of(request: web.Request, parsed: _Parsed) -> VectorSearch:
     container = await load_container(request, cached=True)
     _check_searchable(container)
-    search = VectorSearch(
+    return VectorSearch(
         container=container,
-        k=k,
-        query_text=query,
-        filter=filter_,
-        min_score=min_score,
-        ef_search=ef_search,
-        recency=recency,
+        k=parsed.k,
+        query_text=parsed.query,
+        filter=parsed.filter,
+        min_score=parsed.min_score,
+        ef_search=parsed.ef_search,
+        recency=parsed.recency,
     )
+
+
+async def semantic_search(request: web.Request) -> web.Response:
+    body = await object_body(request, "Semantic search memories request has empty body")
+    search = await _vector_search_of(request, _parse_common(body))
     with search_failures("Semantic search execution failed"):
         result = await vector_search(services(request), search)
     return json_response(render_search_result(result))
@@ -132,20 +145,9 @@ def _weights(body: dict[str, Any]) -> tuple[float, float]:
 
 async def hybrid_search(request: web.Request) -> web.Response:
     body = await object_body(request, "Hybrid search memories request has empty body")
-    query, k, filter_, min_score, ef_search = _parse_common(body)
+    parsed = _parse_common(body)
     bm25, neural = _weights(body)
-    recency = _recency(body)
-    container = await load_container(request, cached=True)
-    _check_searchable(container)
-    search = VectorSearch(
-        container=container,
-        k=k,
-        query_text=query,
-        filter=filter_,
-        min_score=min_score,
-        ef_search=ef_search,
-        recency=recency,
-    )
+    search = await _vector_search_of(request, parsed)
     with search_failures("Hybrid search execution failed"):
         result = await hybrid_search_result(services(request), search, bm25_weight=bm25, neural_weight=neural)
     return json_response(render_search_result(result))
