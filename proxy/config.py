@@ -237,7 +237,7 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ("opensearch-timeout-s", "OPENSEARCH_TIMEOUT_S", float, "timeout of one OpenSearch call"),
     ("embed-device", "MEMPROXY_EMBED_DEVICE", str, "auto | cpu | cuda | cuda:N"),
     ("embed-dtype", "MEMPROXY_EMBED_DTYPE", str, "auto | float32 | bfloat16 | float16"),
-    ("embed-threads", "MEMPROXY_EMBED_THREADS", int, "torch intra-op threads (default: torch's)"),
+    ("embed-threads", "MEMPROXY_EMBED_THREADS", int, "torch intra-op threads (default: auto)"),
     ("embed-max-batch-tokens", "MEMPROXY_EMBED_MAX_BATCH_TOKENS", int, "padded tokens per model batch"),
     (
         "embed-max-batch-size",

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from opensearchpy import NotFoundError, OpenSearch
 
+from proxy.embedding.cpu import ThreadGovernor, default_threads
 from proxy.store.templates import VectorField, render_index_body
 from tests.conftest import ProxyProcess, free_port
 
@@ -75,6 +76,14 @@ def test_health_reports_proxy_and_cluster(proxy_url: str) -> None:
     assert body["proxy"]["embedders"][0]["dimension"] == 384
     # The names a container's embedding_model_id may use for it, the docs' short one among them.
     assert "all-minilm-l6-v2" in body["proxy"]["embedders"][0]["aliases"]
+    # No --embed-threads: the count follows the free cores where the kernel's counters show them (a
+    # multi-CPU machine without a CPU quota, as here), and the warm-up forwards were counted.
+    threads = body["proxy"]["embed_threads"]
+    if ThreadGovernor.for_this_process() is None:
+        assert threads == {"mode": "fixed", "threads": default_threads()}
+    else:
+        assert threads["mode"] == "auto" and threads["least"] <= threads["threads"] <= threads["most"]
+        assert sum(threads["forwards_by_threads"].values()) >= 1
     # the settings are shown, secrets masked (a configured password is checked in the cluster-down test)
     assert body["settings"]["opensearch_url"] == body["cluster"]["url"]
     assert body["settings"]["opensearch_password"] in (None, "***")

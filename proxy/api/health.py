@@ -70,6 +70,9 @@ async def health(request: web.Request) -> web.Response:
                 }
                 for i in app[EMBEDDERS].infos()
             ],
+            # The local models' intra-op threads: "auto" follows the cores the rest of the machine leaves
+            # free (proxy/embedding/cpu.py), "fixed" is --embed-threads.
+            "embed_threads": app[EMBEDDERS].threads_view(),
             # Models from start-up flags (runtime ones are listed by each API's own routes); no keys.
             "models": [
                 {

@@ -22,6 +22,7 @@ from concurrent.futures import Executor
 from typing import cast
 
 from proxy.embedding.config import EmbedderInfo, EngineOptions
+from proxy.embedding.cpu import adapt_threads
 from proxy.embedding.errors import CallerShareFull, EmbedderClosed, EmbedderOverloaded, EmbeddingFailed
 from proxy.embedding.fairness import current_caller
 from proxy.embedding.model import LoadedModel
@@ -81,6 +82,7 @@ def _compute(model: LoadedModel, batch: Sequence[_Item]) -> list[list[float] | N
     live = [i for i, item in enumerate(batch) if not item.request.future.done()]
     results: list[list[float] | None] = [None] * len(batch)
     if live:
+        adapt_threads()
         vectors = model.embed_tokens([batch[i].ids for i in live])
         for i, vector in zip(live, vectors, strict=True):
             results[i] = vector

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from proxy.embedding.batching import Embedder
 from proxy.embedding.config import (
@@ -19,7 +20,7 @@ from proxy.embedding.config import (
     EmbedderSpec,
     EngineOptions,
 )
-from proxy.embedding.cpu import set_compute_threads
+from proxy.embedding.cpu import ThreadGovernor, compute_governor, default_threads, set_compute_threads
 from proxy.embedding.errors import EmbedderClosed, UnknownEmbedder
 from proxy.embedding.model import LoadedModel, dtype_name, load_model
 from proxy.ids import is_uuid
@@ -74,6 +75,8 @@ class EmbedderRegistry:
         self._embedders: dict[str, Embedder] = {}
         self._compute: ThreadPoolExecutor | None = None
         self._tokenize: ThreadPoolExecutor | None = None
+        # The compute thread's adaptive thread count (None: fixed by --embed-threads, or not adaptive here).
+        self.governor: ThreadGovernor | None = None
 
     @classmethod
     def from_specs(
@@ -99,6 +102,7 @@ class EmbedderRegistry:
             1, "memproxy-embed", initializer=set_compute_threads, initargs=(self._options.threads,)
         )
         self._tokenize = ThreadPoolExecutor(1, "memproxy-tokenize")
+        self.governor = await loop.run_in_executor(self._compute, compute_governor)
         try:
             for spec in self._specs:
                 began = time.perf_counter()
@@ -161,6 +165,21 @@ class EmbedderRegistry:
             if name and self._aliases.get(_key(name)) == canonical:
                 found.setdefault(_key(name), name)
         return list(found.values())
+
+    def threads_view(self) -> dict[str, Any]:
+        """The compute thread's intra-op thread count, for the health answer. Read from the event loop while
+        the compute thread updates it: ints, and a copy of the Counter made in one C call under the GIL."""
+        governor = self.governor
+        if governor is None:
+            return {"mode": "fixed", "threads": self._options.threads or default_threads()}
+        return {
+            "mode": "auto",
+            "threads": governor.current,
+            "least": governor.least,
+            "most": governor.most,
+            "others_cpus": round(governor.others, 2),
+            "forwards_by_threads": {str(k): v for k, v in sorted(dict(governor.forwards).items())},
+        }
 
     def infos(self) -> list[EmbedderInfo]:
         """The loaded embedders, default first."""

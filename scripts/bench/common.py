@@ -583,7 +583,7 @@ class Proxy:
 
 
 async def delete_indices(node: Node, pattern: str) -> None:
-    """Delete every index matching ``pattern`` (a ``memproxy-bench-*`` name with a wildcard)."""
+    """Delete every index matching ``pattern`` (a ``bench-*`` name, wildcards allowed)."""
     found = await node.request("GET", f"/_cat/indices/{pattern}", params={"format": "json"}, ok=(200, 404))
     for entry in found or []:
         await node.delete_index(entry["index"])

@@ -8,6 +8,8 @@ Engines, each at 1 and 2 intra-op threads:
   out): ONNX Runtime's CPU provider on an export of the same weights made here (``torch.onnx``, into
   ``.cache/onnx/``; nothing is downloaded), with its thread pool's spinning turned off, and the same
   tokenizer, pooling and normalisation as memproxy;
+* ``torch-bf16 auto``: bf16 with memproxy's default thread count, :class:`proxy.embedding.cpu.ThreadGovernor`
+  (the cores the rest of the machine left free over the last 0.2 s, re-read before each forward);
 * the baseline, ``st-fp32``: sentence-transformers' ``encode`` at torch's default threads, best batch size.
 
 Each engine embeds the corpus in batches of 32 (memproxy's CPU batch) for throughput, and single texts for
@@ -35,6 +37,7 @@ import numpy as np
 import torch
 
 from proxy.embedding.config import EngineOptions
+from proxy.embedding.cpu import ThreadGovernor
 from proxy.embedding.model import LoadedModel, load_model
 from proxy.embedding.registry import default_model_path
 from scripts.bench.common import format_table, machine_info, results_name, write_results
@@ -180,6 +183,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         engines[f"torch-bf16 x{threads}"] = (threads, bf16_embed)
         if not args.no_onnx:
             engines[f"ort-fp32 x{threads}"] = (threads, ort_engine(fp32, threads))
+
+    governor = ThreadGovernor.for_this_process()
+    if governor is not None:  # memproxy's default: the count follows the cores the rest leaves free
+
+        def bf16_auto(batch: Sequence[str]) -> np.ndarray:
+            torch.set_num_threads(governor.threads())
+            return bf16_embed(batch)
+
+        engines["torch-bf16 auto (memproxy default)"] = (governor.least, bf16_auto)
 
     def st_best(batch: Sequence[str]) -> np.ndarray:
         return np.asarray(st.encode(list(batch), batch_size=BATCH, normalize_embeddings=True))

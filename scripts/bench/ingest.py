@@ -242,7 +242,7 @@ def best_st_batch(model: Any, texts: list[str]) -> tuple[int, dict[int, float]]:
 
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
-    prefix = f"memproxy-bench-ingest-{uuid.uuid4().hex[:8]}"
+    prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     texts = synthetic_texts(args.memories, seed=5)
     proxy_process = start_proxy(args.url, embed_args(args))
     proxy, embedders, containers = Proxy(proxy_process.url), None, {}

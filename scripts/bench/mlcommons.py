@@ -566,7 +566,7 @@ def report(
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
     load_at_start = os.getloadavg()
     tag = uuid.uuid4().hex[:8]
-    prefix = f"memproxy-bench-mlc-{tag}"
+    prefix = f"bench-mlc-{tag}"
     corpus = make_corpus(args.n, args.queries, args.seed)
     # The reference runs ml-commons without the security plugin; memproxy runs the same way (--auth none),
     # so neither side pays for authentication and the reference's connector reaches memproxy's embeddings.

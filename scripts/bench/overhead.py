@@ -249,7 +249,7 @@ def report(results: dict[int, dict[str, Series]]) -> tuple[list[dict[str, Any]],
 
 
 async def setup_and_run(args: argparse.Namespace) -> dict[str, Any]:
-    prefix = f"memproxy-bench-overhead-{uuid.uuid4().hex[:8]}"
+    prefix = f"bench-overhead-{uuid.uuid4().hex[:8]}"
     proxy_process = start_proxy(args.url, embed_args(args))
     before_process = start_proxy(args.url, embed_args(args), args.compare_tree) if args.compare_tree else None
     proxy, embedders = Proxy(proxy_process.url), None
