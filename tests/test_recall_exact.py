@@ -319,3 +319,32 @@ def test_the_app_runs_the_canary_and_serves_its_figures(opensearch_url: str) -> 
             api.delete(f"{mc}/{cid}", params={"delete_all_memories": "true"})
     finally:
         proxy.stop()
+
+
+async def test_the_set_size_is_counted_once_per_filter_within_the_cache_ttl(
+    opensearch_url: str, corpus: DupCorpus
+) -> None:
+    """The count that picks exact or graph is a second round trip per search: it is cached for --cache-ttl-s
+    per container and filter (proxy.core.cache), and a new filter, or an expired entry, counts again."""
+    store = RecordingStore(Settings(opensearch_url=opensearch_url, exact_search_threshold=1000))
+    now = [0.0]
+    caches = Caches.with_ttl(2.0)
+    caches.set_sizes._clock = lambda: now[0]
+    svc = Services(store, cast(Any, None), caches=caches)
+
+    def counts() -> int:
+        return sum(1 for body in store.bodies if body.get("size") == 0 and "track_total_hits" in body)
+
+    try:
+        alice = Term("namespace.user_id", "alice")
+        for _ in range(3):
+            await _search(svc, corpus, corpus.queries[0], container=corpus.big)
+        assert counts() == 1 and "knn" in store.bodies[-1]["query"]
+        await _search(svc, corpus, corpus.queries[0], container=corpus.big, filter=alice)
+        await _search(svc, corpus, corpus.queries[1], container=corpus.big, filter=alice)
+        assert counts() == 2 and "script_score" in store.bodies[-1]["query"]  # its own size: exact
+        now[0] += 2.5
+        await _search(svc, corpus, corpus.queries[0], container=corpus.big)
+        assert counts() == 3 and "knn" in store.bodies[-1]["query"]
+    finally:
+        await store.close()

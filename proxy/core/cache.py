@@ -11,6 +11,12 @@ after at most ``ttl_s``: a revoked key or grant keeps working there for up to th
 a container's settings from up to that long ago. Container documents are cached for the search paths only:
 writes (adding or deleting memories, updating or deleting containers) always read them fresh. Only
 successful look-ups are cached, so a key or container that does not exist yet is found as soon as it does.
+
+One more look-up is cached the same way: the size of a vector search's filtered set, counted to choose
+between exact scoring and the graph walk (``proxy.core.search``). A stale size only changes *how* the next
+searches score (exactly, or walking the graph), never which memories match, since every search runs its
+filter fresh. So no write invalidates it: a set that grew past the threshold is scored exactly for up to
+``ttl_s`` longer, and one that shrank walks the graph for up to that long.
 """
 
 from __future__ import annotations
@@ -102,10 +108,17 @@ class Caches:
     containers: TtlCache[str, Any]
     principals: TtlCache[str, Any]
     grants: TtlCache[tuple[str, str, tuple[str, ...]], bool]
+    # (index, container id, the scoped filter's repr, the count's limit) -> the count (module docstring).
+    set_sizes: TtlCache[tuple[str, str, str, int], int]
 
     @classmethod
     def with_ttl(cls, ttl_s: float) -> Caches:
-        return cls(containers=TtlCache(ttl_s), principals=TtlCache(ttl_s), grants=TtlCache(ttl_s))
+        return cls(
+            containers=TtlCache(ttl_s),
+            principals=TtlCache(ttl_s),
+            grants=TtlCache(ttl_s),
+            set_sizes=TtlCache(ttl_s),
+        )
 
     def access_changed(self) -> None:
         """A user, API key or grant was written: forget every cached authentication and grant answer."""

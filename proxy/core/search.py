@@ -145,9 +145,16 @@ async def _exact_wanted(svc: Services, search: VectorSearch, index: str) -> bool
     threshold = exact_search_threshold(svc)
     if threshold <= 0:
         return False
+    scope = _scoped(search)
+    # Cached for --cache-ttl-s (proxy.core.cache: a stale size changes how a search scores, never what it
+    # finds): a text query otherwise pays a second node round trip, and its CPU, on every search.
+    key = (index, search.container.id, repr(scope), threshold + 1)
     counted = await _or_none(
-        searches.count_up_to(
-            svc.store, index, _scoped(search), limit=threshold + 1, routing=search.container.id
+        svc.caches.set_sizes.get(
+            key,
+            lambda: searches.count_up_to(
+                svc.store, index, scope, limit=threshold + 1, routing=search.container.id
+            ),
         )
     )
     return None if counted is None else counted <= threshold

@@ -463,8 +463,8 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         "--embed-threads",
         type=int,
         default=None,
-        help="torch threads of the proxy's and the baseline's embedder alike (default: memproxy's, half the "
-        "CPUs the process may use)",
+        help="torch threads of the proxy's and the baseline's embedder alike (default: memproxy's, auto: the "
+        "cores the rest of the machine leaves free)",
     )
     parser.add_argument(
         "--embed-max-batch-size",
