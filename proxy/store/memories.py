@@ -21,11 +21,11 @@ calls touch one shard; answers never show ``_routing``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.store.client import IndexMissing, NodeNotFound, Store, url
+from proxy.store.encoding import compact_json
 from proxy.store.layout import CONTAINER_FIELD, strip_routing
 from proxy.store.query import Filter
 from proxy.store.query_dsl import compile_filter, container_term
@@ -186,9 +186,9 @@ def _bulk_lines(ops: Iterable[BulkOp], routed: Mapping[str, bool], routing: str 
         item_routing = container if isinstance(container, str) and container else routing
         if item_routing and "," not in item_routing and routed.get(index):
             meta["routing"] = item_routing
-        lines.append(json.dumps({action: meta}, separators=(",", ":")))
+        lines.append(compact_json({action: meta}))
         if action != "delete":
-            lines.append(json.dumps(doc, separators=(",", ":"), ensure_ascii=False))
+            lines.append(compact_json(doc))
     return "\n".join(lines) + "\n"
 
 

@@ -7,12 +7,12 @@ record ``COMPLETED`` and a clean-up that rolls an abandoned write back (``proxy.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.store.client import IndexMissing, Store, url
+from proxy.store.encoding import compact_json
 from proxy.store.layout import CONTAINER_FIELD
 from proxy.store.memories import search
 from proxy.store.query import Filter
@@ -94,9 +94,9 @@ async def _conditional_bulk(
             meta["routing"] = container
         if doc.seq_no is not None and doc.primary_term is not None:
             meta["if_seq_no"], meta["if_primary_term"] = doc.seq_no, doc.primary_term
-        lines.append(json.dumps({action: meta}, separators=(",", ":")))
+        lines.append(compact_json({action: meta}))
         if body is not None:
-            lines.append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
+            lines.append(compact_json(body))
     res = await store.request(
         "POST",
         url("_bulk"),
