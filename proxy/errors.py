@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BadGateway",
     "BadRequest",
     "Conflict",
     "DeadlineExceeded",
@@ -96,6 +97,12 @@ class Overloaded(MemproxyError):
 
 class Unimplemented(MemproxyError):
     status = 501
+
+
+class BadGateway(MemproxyError):
+    """The cluster answered something memproxy cannot read."""
+
+    status = 502
 
 
 class Unavailable(MemproxyError):

@@ -20,6 +20,7 @@ REFUSED_BY_POLICY: dict[str, str] = {
     "_core/validate/query.yaml": _INDEXLESS + " (`GET /_validate/query`)",
     "_core/search/point_in_time/all.yaml": _OWN_CONTEXTS + " (`GET /_search/point_in_time/_all`)",
     "cat/pit_segments/all.yaml": _OWN_CONTEXTS + " (`GET /_cat/pit_segments/_all`)",
+    "cat/tasks.yaml": "task descriptions hold memproxy's own requests too (`GET /_cat/tasks?detailed`)",
 }
 
 

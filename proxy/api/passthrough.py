@@ -31,17 +31,19 @@ index expressions, new index names and alias names:
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import AsyncIterator, Iterable
 from functools import cache
+from typing import Any
 
 from aiohttp import web
 
 from proxy.api.passthrough_bodies import lookup_indices, names_in
 from proxy.api.passthrough_routes import Match, canonical_segments, encode_path, match
 from proxy.app_keys import PRINCIPAL, STORE
-from proxy.errors import BadRequest, Forbidden
+from proxy.errors import BadGateway, BadRequest, Forbidden
 from proxy.store.containers import CONTAINER_INDEX
-from proxy.store.forward import forward, resolve_indices
+from proxy.store.forward import UpstreamResponse, forward, resolve_indices
 from proxy.store.goodmem import PRIVATE_INDEX_PATTERNS
 
 __all__ = ["PRIVATE_INDICES", "PUBLIC", "passthrough"]
@@ -193,6 +195,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if found.endpoint.refused:
         raise _refused(f"memproxy does not forward {request.method} {request.path}: {found.endpoint.refused}")
     forwarded, default = await _checked_path(request, found)
+    if found.endpoint.tasks:
+        _check_task_listing(request)
+    if found.endpoint.node_level and request.query.get("level", "node").strip().lower() not in ("node", ""):
+        raise _refused(
+            "memproxy does not forward node statistics by index or shard: they would list memproxy's own "
+            "indices; ask for `level=node`, or for `/{index}/_stats` of the indices you name"
+        )
 
     headers = _caller_headers(request)
     body: AsyncIterator[bytes] | bytes | None
@@ -201,7 +210,12 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     else:
         body = request.content.iter_any() if request.body_exists else None
     target = encode_path(forwarded) + (f"?{query}" if query else "")
+    if found.endpoint.tasks:
+        # The answer is rewritten (descriptions out), so it comes back uncompressed.
+        headers = {k: v for k, v in (headers or request.headers).items() if k.lower() != "accept-encoding"}
     upstream = await forward(request.app[STORE], request.method, target, headers or request.headers, body)
+    if found.endpoint.tasks and 200 <= upstream.status < 300 and request.method.upper() == "GET":
+        return await _without_descriptions(upstream)
     try:
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=upstream.headers
@@ -233,3 +247,44 @@ async def _inspected_body(request: web.Request, kind: str, default_index: str | 
     _check_new_names(names.aliases, "the alias")
     await _check_private(request, [*names.indices, *looked_up])
     return raw
+
+
+_TASK_DETAIL = (
+    "memproxy does not forward task descriptions: they hold the requests the tasks run, memproxy's own "
+    "among them; list the tasks without `detailed`"
+)
+
+
+def _check_task_listing(request: web.Request) -> None:
+    """``detailed`` (descriptions in a listing) only as false; answers only as JSON or the cat table."""
+    detailed = request.query.get("detailed")
+    if detailed is not None and detailed.strip().lower() != "false":
+        raise _refused(_TASK_DETAIL)
+    fmt = request.query.get("format")
+    if fmt is not None and fmt.strip().lower() not in ("json", "text", "txt"):
+        raise BadRequest("memproxy forwards task answers as JSON (or the cat table): leave out `format`")
+
+
+def _strip_descriptions(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_descriptions(v) for k, v in value.items() if k != "description"}
+    if isinstance(value, list):
+        return [_strip_descriptions(v) for v in value]
+    return value
+
+
+async def _without_descriptions(upstream: UpstreamResponse) -> web.Response:
+    """A task answer (JSON) without any ``description``: a single task's answer carries one whether or not
+    ``detailed`` was asked for. The cat table (text) lists none without ``detailed``."""
+    try:
+        raw = b"".join([chunk async for chunk in upstream.chunks()])
+    finally:
+        upstream.release()
+    content_type = upstream.headers.get("Content-Type", "")
+    if "json" not in content_type:
+        return web.Response(status=upstream.status, body=raw, content_type=content_type.split(";")[0] or None)
+    try:
+        answer = json.loads(raw)
+    except ValueError as exc:
+        raise BadGateway("The cluster's task answer was not JSON") from exc
+    return web.json_response(_strip_descriptions(answer), status=upstream.status)

@@ -59,6 +59,12 @@ class Endpoint:
     view: bool = False  # a metadata view: private indices are filtered out of it
     rewrite: tuple[str, ...] | None = None  # index-less view: forwarded as this, ``{public}`` filled in
     refused: str | None = None  # known, and refused for this reason
+    # Task listings: a task's description is the request it runs, and memproxy's own requests (an API-key
+    # look-up, a tenant's filtered search) run as tasks too. So descriptions never pass: ``detailed`` is
+    # refused, and a single task's answer is forwarded without one.
+    tasks: bool = False
+    # Node statistics: ``level=indices`` / ``shards`` would list memproxy's own indices among the rest.
+    node_level: bool = False
 
 
 def _ep(
@@ -69,10 +75,12 @@ def _ep(
     view: bool = False,
     rewrite: str | None = None,
     refused: str | None = None,
+    tasks: bool = False,
+    node_level: bool = False,
 ) -> Endpoint:
     split = tuple(s for s in pattern.split("/") if s)
     again = tuple(s for s in rewrite.split("/") if s) if rewrite else None
-    return Endpoint(methods, split, body, view or bool(rewrite), again, refused)
+    return Endpoint(methods, split, body, view or bool(rewrite), again, refused, tasks, node_level)
 
 
 def _views(path: str, rewrite: str, methods: tuple[str, ...] = _R) -> list[Endpoint]:
@@ -219,10 +227,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         for view in ("indices", "count", "shards", "segments", "recovery", "segment_replication")
         for endpoint in _views(f"/_cat/{view}/{{index}}", f"/_cat/{view}/{{public}}")
     ),
+    # Aliases: by alias name, so memproxy's own aliases are excluded as a view's indices are.
+    *_views("/_cat/aliases/{index}", "/_cat/aliases/{public}"),
+    _ep(_R, "/_cat/tasks", tasks=True),
     *(
         _ep(_R, f"/_cat/{view}{tail}")
         for view in (
-            "aliases",
             "allocation",
             "cluster_manager",
             "master",
@@ -233,7 +243,6 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             "pending_tasks",
             "plugins",
             "repositories",
-            "tasks",
             "templates",
             "thread_pool",
         )
@@ -254,10 +263,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _ep(_R, "/_cluster/stats"),
     _ep(_R, "/_cluster/stats/{**}"),
     _ep(_R, "/_cluster/pending_tasks"),
-    _ep(_R, "/_nodes"),
-    _ep(_R, "/_nodes/{**}"),
-    _ep(_R, "/_tasks"),
-    _ep(_R, "/_tasks/{*}"),
+    _ep(_R, "/_nodes", node_level=True),
+    _ep(_R, "/_nodes/{**}", node_level=True),
+    _ep(_R, "/_tasks", tasks=True),
+    _ep(_R, "/_tasks/{*}", tasks=True),
     _ep(("POST",), "/_tasks/_cancel"),
     _ep(("POST",), "/_tasks/{*}/_cancel"),
     # ml-commons outside the memory containers memproxy serves (those use memproxy's own indices).

@@ -353,3 +353,76 @@ def test_canonical_path_is_what_is_forwarded(world: World) -> None:
     assert raw(w.node, "GET", f"/{w.pub}/_doc/a%2Fb+c", None).json()["found"] is True
     assert raw(w.proxy, "GET", f"/{w.pub}/_doc/a%2Fb+c/", None, w.admin).json()["_id"] == "a/b+c"
     assert raw(w.proxy, "GET", f"/%{w.pub.encode().hex()[:2]}{w.pub[1:]}/_doc/1", None, w.admin).status == 200
+
+
+def test_cat_aliases_leaves_out_memproxy_s_own(world: World) -> None:
+    """An alias of a private index (memproxy makes them when it migrates a layout) is not listed; naming it
+    is refused like naming the index."""
+    w, private = world, f"memproxy-jobs-pp-{uuid.uuid4().hex[:8]}"
+    assert raw(w.node, "PUT", f"/{private}", {"aliases": {f"{private}-alias": {}}}).status == 200
+    public = f"{w.pub}-cat-alias"
+    assert raw(w.node, "PUT", f"/{w.pub}/_alias/{public}", None).status == 200
+    try:
+        assert f"{private}-alias" in raw(w.node, "GET", "/_cat/aliases", None).text  # the node lists it
+        for path in ("/_cat/aliases", "/_cat/aliases?v", "/_cat/aliases/*", "/_cat/aliases/memproxy-*"):
+            got = raw(w.proxy, "GET", path, None, w.admin)
+            assert got.status == 200 and private not in got.text, (path, got.text)
+        assert public in raw(w.proxy, "GET", "/_cat/aliases", None, w.admin).text  # a public one is
+        named = raw(w.proxy, "GET", f"/_cat/aliases/{private}-alias", None, w.admin)
+        assert named.status == 403 and "security_exception" in named.text, named.text
+    finally:
+        raw(w.node, "DELETE", f"/{private}", None)
+        raw(w.node, "DELETE", f"/{w.pub}/_alias/{public}", None)
+
+
+def test_task_descriptions_never_pass(world: World) -> None:
+    """A task's description is the request it runs, memproxy's own searches of its private indices among
+    them (an API key's hash, a tenant's filter): no listing shows one, and a task's own answer loses it."""
+    w, dest = world, f"{world.pub}-tasks"
+    for path in (
+        "/_tasks?detailed=true",
+        "/_tasks?detailed",
+        "/_cat/tasks?detailed=true",
+        "/_cat/tasks?detailed",
+    ):
+        got = raw(w.proxy, "GET", path, None, w.admin)
+        assert got.status == 403 and "security_exception" in got.text, (path, got.text)
+    assert raw(w.proxy, "GET", "/_tasks?detailed=false", None, w.admin).status == 200
+    assert raw(w.proxy, "GET", "/_cat/tasks?v", None, w.admin).status == 200
+    assert raw(w.proxy, "GET", "/_tasks?format=yaml", None, w.admin).status == 400
+    started = raw(
+        w.node,
+        "POST",
+        "/_reindex?wait_for_completion=false&requests_per_second=0.5",
+        {"source": {"index": w.pub, "size": 1}, "dest": {"index": dest}},
+    )
+    task = started.json()["task"]
+    try:
+        direct = raw(w.node, "GET", f"/_tasks/{task}", None).json()
+        assert "description" in direct["task"]  # what the node itself answers
+        via = raw(w.proxy, "GET", f"/_tasks/{task}", None, {**w.admin, "Accept-Encoding": "gzip"})
+        assert via.status == 200, via.text
+        answer = via.json()
+        assert "description" not in answer["task"] and answer["task"]["action"] == direct["task"]["action"]
+        assert answer["task"]["id"] == direct["task"]["id"]
+    finally:
+        raw(w.node, "POST", f"/_reindex/{task}/_rethrottle?requests_per_second=-1", None)
+        deadline = time.monotonic() + 60
+        while raw(w.node, "GET", f"/_tasks/{task}", None).json().get("completed") is not True:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+
+
+def test_node_stats_by_index_are_refused(world: World) -> None:
+    w = world
+    assert KEYS in raw(w.node, "GET", "/_nodes/stats/indices?level=indices", None).text  # the node lists it
+    for path in (
+        "/_nodes/stats?level=indices",
+        "/_nodes/stats/indices?level=shards",
+        "/_nodes?level=indices",
+    ):
+        got = raw(w.proxy, "GET", path, None, w.admin)
+        assert got.status == 403 and "security_exception" in got.text, (path, got.text)
+    by_node = raw(w.proxy, "GET", "/_nodes/stats/indices?level=node", None, w.admin)
+    assert by_node.status == 200 and KEYS not in by_node.text
+    assert raw(w.proxy, "GET", "/_nodes/stats/jvm", None, w.admin).status == 200
