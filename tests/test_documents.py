@@ -214,6 +214,7 @@ async def test_the_text_layer_is_bounded_in_time_and_characters() -> None:
         await extract(pages, PDF, Limits(max_page_chars=100, max_chars=150), page_images=False)
 
 
+@needs_ocr  # pages this short (under MIN_TEXT_LAYER_CHARS) are OCR'd
 async def test_pdf_page_images() -> None:
     pdf = text_pdf(["one", "two", "three"])
     result = await extract(pdf, PDF, Limits(page_image_dpi=100), page_images=True)
