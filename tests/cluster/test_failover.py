@@ -4,9 +4,11 @@ errors, searches keep being answered, and the cluster is green again by itself.
 memproxy is given all three nodes (``--opensearch-url`` with three URLs) and lays its memory indices out on
 3 primaries with 1 replica (``--memory-shards 3 --memory-replicas 1``), so every node holds primaries and
 every shard has a copy elsewhere. Threads load it for a bounded time through both APIs: ml-commons
-add-memories (working memory) and GoodMem memory creates, ``_semantic_search`` and ``_hybrid_search``,
-streamed GoodMem retrieves. Scenario A kills (SIGKILL) a node that is not the cluster manager, B the elected
-cluster manager; the load goes on for ``DOWN_S`` seconds, the node is started again, the load stops. Then:
+add-memories (working memory), ml-commons ``infer: true`` adds (each a durable job: the deterministic LLM
+double at the network edge extracts one fact, which the job embeds and writes as a long-term memory) and
+GoodMem memory creates, ``_semantic_search`` and ``_hybrid_search``, streamed GoodMem retrieves. Scenario A
+kills (SIGKILL) a node that is not the cluster manager, B the elected cluster manager; the load goes on for
+``DOWN_S`` seconds, the node is started again, the load stops. Then:
 
 * the cluster turns green by itself within ``GREEN_WITHIN_S`` of the node's restart (the test only asks for
   its health);
@@ -14,11 +16,12 @@ cluster manager; the load goes on for ``DOWN_S`` seconds, the node is started ag
   on the working index, ``term`` on ``memory_id`` in the long-term chunks);
 * every error answered was 503 or 429 with ``Retry-After``, in the API's own shape; none was a 500, and none
   took longer than the search timeout and a margin (the clients' timeout: a hang fails the test);
-* at least 99 % of the searches (semantic, hybrid, retrieve) started during the failover were answered.
+* at least 99 % of the searches (semantic, hybrid, retrieve) started during the failover were answered;
+* every infer job acknowledged completes once the cluster is back (retried by the job machinery where an
+  attempt met the failover), and its fact is a long-term memory, once.
 
 Printed per scenario: requests, error rate and p99 latency within the failover window (kill to green), and
-the seconds from the kill to green. Infer jobs are not in the load: their LLM double makes no call to the
-cluster that the writes above do not.
+the seconds from the kill to green, and the infer jobs' attempts.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import pytest
 from tests.cluster.conftest import Cluster
 from tests.conftest import ProxyProcess
 from tests.goodmem_helpers import root_api_key
+from tests.support.fake_llm import FakeLLM
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.node]
 
@@ -46,6 +50,9 @@ CLIENT_TIMEOUT_S = SEARCH_TIMEOUT_S + 20  # beyond this a call is a hang
 DOWN_S = 20.0
 GREEN_WITHIN_S = 120.0
 WRITE_PAUSE_S = 0.05  # two cores shared with the cluster: the load is steady, not a flood
+INFER_PAUSE_S = 0.5  # each infer add is a job: an LLM call, an embedding and its writes
+JOBS_DONE_WITHIN_S = 180.0
+LLM_ID = "failover-llm"
 
 
 @dataclass
@@ -62,6 +69,7 @@ class Call:
 class Load:
     calls: list[Call] = field(default_factory=list)
     ml_ids: dict[str, str] = field(default_factory=dict)  # working memory id → its text
+    infer_ids: dict[str, str] = field(default_factory=dict)  # infer add's working memory id → its fact
     gm_ids: dict[str, str] = field(default_factory=dict)  # GoodMem memory id → its text
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -123,6 +131,26 @@ def _ml_writer(client: httpx.Client, cid: str, load: Load, n: int) -> None:
         time.sleep(WRITE_PAUSE_S)
 
 
+def _infer_writer(client: httpx.Client, cid: str, load: Load, n: int) -> None:
+    i = 0
+    while not load.stop.is_set():
+        i += 1
+        # One fact, as the LLM double extracts it (no sentence break, no question, no trailing period), whose
+        # first three words are its own: the double UPDATEs a memory that shares them instead of adding.
+        fact = f"Label {uuid.uuid4().hex[:10]} {i} marks tea tin {i} of user {n}"
+        body = {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": fact}]}],
+            "namespace": {"user_id": f"infer-u{n}"},
+            "infer": True,
+        }
+        path = f"{MC}/{cid}/memories"
+        res = _timed(load, "infer-write", path, lambda: client.post(path, json=body))  # noqa: B023
+        if res is not None:
+            with load.lock:
+                load.infer_ids[res.json()["working_memory_id"]] = fact
+        time.sleep(INFER_PAUSE_S)
+
+
 def _gm_writer(client: httpx.Client, space: str, load: Load, n: int) -> None:
     i = 0
     while not load.stop.is_set():
@@ -157,16 +185,20 @@ class World:
     key: str
     cid: str
     space: str
+    infer_cid: str
 
 
 @pytest.fixture(scope="module")
 def world(cluster: Cluster) -> Iterator[World]:
+    llm = FakeLLM()
+    llm.__enter__()
     proxy = ProxyProcess(
         ",".join(cluster.urls),
         [
             "--memory-shards", "3", "--memory-replicas", "1",
             "--search-timeout-s", str(SEARCH_TIMEOUT_S), "--opensearch-timeout-s", "20",
             "--cache-ttl-s", "0",
+            "--llm", f"{LLM_ID}={llm.url}#provider=openai,model=fake-llm",
         ],
     )  # fmt: skip
     try:
@@ -194,19 +226,35 @@ def world(cluster: Cluster) -> Iterator[World]:
                 json={"memories": [{"memory": f"seed {i}: green tea notes"} for i in range(20)]},
             )
             assert seeded.status_code == 200, seeded.text
-        yield World(cluster, proxy, key, cid, space)
+            infer = api.post(
+                f"{MC}/_create",
+                json={
+                    "name": "failover-infer",
+                    "configuration": {
+                        "embedding_model_type": "TEXT_EMBEDDING",
+                        "embedding_model_id": "all-minilm-l6-v2",
+                        "embedding_dimension": 384,
+                        "llm_id": LLM_ID,
+                        "strategies": [{"type": "SEMANTIC", "namespace": ["user_id"]}],
+                    },
+                },
+            )
+            assert infer.status_code == 200, infer.text
+        yield World(cluster, proxy, key, cid, space, infer.json()["memory_container_id"])
     finally:
         proxy.stop()
+        llm.__exit__(None, None, None)
 
 
 def _run_scenario(w: World, victim: int, label: str) -> None:
     load = Load()
     clients = [
         httpx.Client(base_url=w.proxy.url, headers={"x-api-key": w.key}, timeout=CLIENT_TIMEOUT_S)
-        for _ in range(5)
+        for _ in range(6)
     ]
     threads = [
         threading.Thread(target=_ml_writer, args=(clients[0], w.cid, load, 1)),
+        threading.Thread(target=_infer_writer, args=(clients[5], w.infer_cid, load, 3)),
         threading.Thread(target=_gm_writer, args=(clients[1], w.space, load, 2)),
         threading.Thread(target=_searcher, args=(clients[2], w.cid, w.space, load, 0)),
         threading.Thread(target=_searcher, args=(clients[3], w.cid, w.space, load, 1)),
@@ -241,6 +289,8 @@ def _run_scenario(w: World, victim: int, label: str) -> None:
     for c in load.calls:
         statuses[c.status] = statuses.get(c.status, 0) + 1
     lost_ml, lost_gm = _lost(w, load)
+    jobs, lost_facts = _infer_outcome(w, load)
+    retried = sum(1 for job in jobs.values() if job.get("attempts", 1) > 1)
     print(
         f"\n{label}: node {victim} killed; green again {down_to_green:.1f} s after the kill "
         f"({to_green:.1f} s after the restart began waiting)\n"
@@ -248,9 +298,15 @@ def _run_scenario(w: World, victim: int, label: str) -> None:
         f"ml-commons {len(load.ml_ids)}, GoodMem {len(load.gm_ids)}; lost {len(lost_ml)} + {len(lost_gm)}\n"
         f"  failover window: {len(window)} calls, error rate {len(errors) / max(1, len(window)):.2%}, "
         f"p99 {p99 * 1000:.0f} ms, max {max(latencies, default=0) * 1000:.0f} ms; searches answered "
-        f"{len(answered)}/{len(searches)} ({len(answered) / max(1, len(searches)):.2%})"
+        f"{len(answered)}/{len(searches)} ({len(answered) / max(1, len(searches)):.2%})\n"
+        f"  infer jobs: {len(load.infer_ids)} acknowledged, "
+        f"{sum(1 for j in jobs.values() if j.get('state') == 'COMPLETED')} completed, {retried} needed more "
+        f"than one attempt; facts missing or doubled in long-term memory: {len(lost_facts)}"
     )
-    assert load.ml_ids and load.gm_ids, "nothing was acknowledged"
+    assert load.ml_ids and load.gm_ids and load.infer_ids, "nothing was acknowledged"
+    not_done = {mid: job for mid, job in jobs.items() if job.get("state") != "COMPLETED"}
+    assert not not_done, list(not_done.items())[:3]
+    assert not lost_facts, lost_facts[:5]
     assert not lost_ml and not lost_gm, (lost_ml[:5], lost_gm[:5])
     bad = [c for c in load.calls if c.status not in (200, 201, 503, 429) or not c.ok_shape]
     assert not bad, bad[:10]  # never a 500, never a hang, every error retryable in its API's shape
@@ -293,6 +349,32 @@ def _lost(w: World, load: Load) -> tuple[list[str], list[str]]:
     with_chunks = {h["_source"]["memory_id"] for h in chunks["hits"]["hits"]}
     lost_gm += [m for m in gm if m not in with_chunks]
     return sorted(set(lost_ml)), sorted(set(lost_gm))
+
+
+def _infer_outcome(w: World, load: Load) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each acknowledged infer add's job once it has settled (or the bound has passed), and the facts that
+    are not exactly one long-term memory of the container."""
+    jobs: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + JOBS_DONE_WITHIN_S
+    with httpx.Client(base_url=w.proxy.url, headers={"x-api-key": w.key}, timeout=60) as api:
+        pending = list(load.infer_ids)
+        while pending and time.monotonic() < deadline:
+            for mid in list(pending):
+                res = api.get(f"{MC}/{w.infer_cid}/memories/working/{mid}/_memproxy_inference")
+                if res.status_code == 200:
+                    jobs[mid] = res.json()
+                    if jobs[mid].get("state") in ("COMPLETED", "FAILED"):
+                        pending.remove(mid)
+            if pending:
+                time.sleep(1.0)
+        found = api.post(
+            f"{MC}/{w.infer_cid}/memories/long-term/_search",
+            json={"query": {"match_all": {}}, "size": 10_000, "_source": ["memory"]},
+        )
+        assert found.status_code == 200, found.text
+    stored = [h["_source"]["memory"] for h in found.json()["hits"]["hits"]]
+    lost = [fact for fact in load.infer_ids.values() if stored.count(fact) != 1]
+    return jobs, lost
 
 
 def test_a_data_node_killed_under_load_loses_nothing(world: World) -> None:
