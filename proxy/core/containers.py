@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "check_llm_id",
     "create_container",
     "delete_container",
+    "every_container",
     "get_container",
     "list_containers",
     "search_containers",
@@ -337,3 +338,16 @@ async def list_containers(
         int(result["hits"]["total"]["value"]),
         hits[-1].get("sort") if hits else None,
     )
+
+
+async def every_container(svc: Services, *, page_size: int = 1000) -> AsyncIterator[Container]:
+    """Every container, in creation order, a page at a time (for a caller that must look at all of them,
+    e.g. to find those a principal may administer)."""
+    after: list[Any] | None = None
+    while True:
+        page = await list_containers(svc, size=page_size, search_after=after)
+        for container in page.containers:
+            yield container
+        if len(page.containers) < page_size or page.next_search_after is None:
+            return
+        after = page.next_search_after

@@ -299,6 +299,42 @@ class PurgedJobs(_Out):
     dryRun: bool
 
 
+class UserErasure(_In):
+    deleteUser: bool | None = Field(
+        None, description="also delete the account: its API keys, grants to it, its personal fields (admins)"
+    )
+
+
+class ErasedIndex(_Out):
+    index: str
+    deleted: int
+    ids: list[str]
+    idsComplete: bool
+
+
+class SearchedIndex(_Out):
+    index: str
+    found: int
+
+
+class ErasureVerification(_Out):
+    verified: bool
+    rounds: int
+    searched: list[SearchedIndex]
+
+
+class UserErasureReceipt(_Out):
+    """What erasing a user's data deleted per index, and the searches after it (409: they still found)."""
+
+    userId: str
+    spaceIds: list[str]
+    erasedAt: int
+    indices: list[ErasedIndex]
+    totalDeleted: int
+    userDeleted: bool
+    verification: ErasureVerification
+
+
 class TransferOwnership(_In):
     newOwnerId: UUID
 
@@ -856,6 +892,13 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     # users
     ("GET", "/v1/users/me"): Operation("The caller", {200: User}),
+    ("POST", "/v1/users/{id}:erase"): Operation(
+        "memproxy: erase a user's data (the user or an administrator), with a receipt",
+        {200: UserErasureReceipt, 409: UserErasureReceipt},
+        body=UserErasure,
+        body_required=False,
+        path_params=_UUID,
+    ),
     ("GET", "/v1/users/email/{email}"): Operation("A user by email", {200: User}),
     ("GET", "/v1/users/username/{username}"): Operation("A user by user name", {200: User}),
     ("POST", "/v1/users"): Operation("Create a user (administrators)", {201: User}, body=NewUser),

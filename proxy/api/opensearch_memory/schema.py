@@ -213,6 +213,39 @@ class DeleteByQueryResult(_Out):
     created: int
 
 
+class EraseRequest(_In):
+    user_id: str = Field(min_length=1, max_length=512, description="the namespace user_id to erase")
+
+
+class ErasedIndex(_Out):
+    index: str
+    deleted: int
+    ids: list[str] = Field(description="the first 100 ids deleted, where known")
+    ids_complete: bool
+
+
+class SearchedIndex(_Out):
+    index: str
+    found: int
+
+
+class EraseVerification(_Out):
+    verified: bool
+    rounds: int
+    searched: list[SearchedIndex]
+
+
+class EraseReceipt(_Out):
+    """What an erasure deleted per index, and the searches after it (409: they still found documents)."""
+
+    user_id: str
+    memory_container_ids: list[str]
+    erased_at: int
+    indices: list[ErasedIndex]
+    total_deleted: int
+    verification: EraseVerification
+
+
 class Search(_In):
     query: str = Field(min_length=1)
     k: int | None = Field(None, ge=1, le=MAX_K)
@@ -276,6 +309,16 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         body=ContainerDelete,
         body_required=False,
         query=ContainerDeleteQuery,
+    ),
+    ("POST", PREFIX + "/_memproxy_erase"): Operation(
+        "memproxy: erase a namespace user_id from every container whose memories the caller may delete",
+        {200: EraseReceipt, 409: EraseReceipt},
+        body=EraseRequest,
+    ),
+    ("POST", _C + "/_memproxy_erase"): Operation(
+        "memproxy: erase a namespace user_id from this container, with a receipt",
+        {200: EraseReceipt, 409: EraseReceipt},
+        body=EraseRequest,
     ),
     ("POST", _C + "/memories"): Operation(
         "Add a working memory (infer: extract long-term facts)",
