@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from proxy.core.clock import now_ms
 from proxy.core.container_record import MEMORY_TYPES, Container
+from proxy.core.infer.jobs import INFER_JOB
 from proxy.core.services import Services
 from proxy.store import memories as docs
 from proxy.store.jobs import JobDocs
@@ -256,7 +257,7 @@ class NamespaceUserScope:
 
     def _job_matches(self) -> list[JobMatch]:
         ids = frozenset(c.id for c in self.containers)
-        return [JobMatch("infer", ("payload.container_id", "payload.namespace"), ids, self.user_id)]
+        return [JobMatch(INFER_JOB, ("payload.container_id", "payload.namespace"), ids, self.user_id)]
 
     def _history_of(self) -> dict[str, str]:
         """Container id → its history index (containers with history only)."""

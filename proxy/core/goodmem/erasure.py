@@ -37,8 +37,10 @@ from proxy.core.erasure import (
     run_erasure,
 )
 from proxy.core.goodmem.context import GoodMem
+from proxy.core.goodmem.documents import DOCUMENT_JOB
 from proxy.core.goodmem.ids import check_uuid, now_ms
 from proxy.core.identity import Principal, require_admin, space_owner_id
+from proxy.core.infer.jobs import INFER_JOB
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Forbidden, NotFound
 from proxy.store import memories as docs
@@ -95,8 +97,8 @@ class _UserScope:
         if not ids:
             return []
         return [
-            JobMatch("document", ("payload.space_id",), space_ids=ids),
-            JobMatch("infer", ("payload.container_id",), container_ids=ids),
+            JobMatch(DOCUMENT_JOB, ("payload.space_id",), space_ids=ids),
+            JobMatch(INFER_JOB, ("payload.container_id",), container_ids=ids),
         ]
 
     def _records_elsewhere(self) -> Filter:
@@ -229,9 +231,10 @@ async def erase_user(gm: GoodMem, principal: Principal, req: UserErasure) -> Use
             continue
         tally.add(CONTAINER_INDEX, 1, [space.id])
     found = dict(receipt.verification.found)
-    found[CONTAINER_INDEX] = await count_target(
-        gm.svc, Target(CONTAINER_INDEX, Terms("_id", tuple(c.id for c in spaces) or ("",)))
-    )
+    if spaces:
+        found[CONTAINER_INDEX] = await count_target(
+            gm.svc, Target(CONTAINER_INDEX, Terms("_id", tuple(c.id for c in spaces)))
+        )
     if req.delete_user:
         await _delete_account(gm, principal, user_id, tally)
         for index, key in ((APIKEYS, "user_id"), (GRANTS, "principal_id")):
