@@ -365,3 +365,22 @@ def test_goodmem_user_erases_their_data_and_others_stay(world: World, people: Pe
     assert httpx.get(world.url + "/v1/users/me", headers=people.carol.headers).status_code == 401
     user = world.root.get(f"/v1/users/{people.carol.user_id}", params={"includeDeleted": "true"}).json()
     assert user.get("email", "") == "" and user.get("deletedAt")
+
+
+def test_deleting_a_space_deletes_its_page_images(world: World, people: People) -> None:
+    """A space's delete (which erasure ends with) leaves no page image behind: they name the space only."""
+    with _client(world.url, people.dave) as d:
+        space = _space(d)
+        pdf = d.post(
+            "/v1/memories",
+            json={
+                "spaceId": space,
+                "originalContentB64": base64.b64encode(files.text_pdf(["Dave's page."])).decode(),
+                "contentType": "application/pdf",
+            },
+        )
+        assert pdf.status_code in (200, 201), pdf.text
+        _wait_done(d, pdf.json()["memoryId"])
+        assert _space_docs(world, "memproxy-goodmem-pages", "space_id", space) == 1
+        assert d.delete(f"/v1/spaces/{space}").status_code == 204
+    assert _space_docs(world, "memproxy-goodmem-pages", "space_id", space) == 0
