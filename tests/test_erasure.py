@@ -211,6 +211,45 @@ def test_erasing_everywhere_stays_within_the_callers_containers(world: World) ->
     assert _job_exists(world, world.cb, "ub") and not _job_exists(world, world.ca, "ub")
 
 
+def _job_done(client: httpx.Client, path: str, state: str = "state", timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.get(path)
+        assert got.status_code == 200, got.text
+        job: dict[str, Any] = got.json()
+        if job[state] in ("COMPLETED", "FAILED", "BACKGROUND_JOB_SUCCEEDED", "BACKGROUND_JOB_FAILED"):
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+
+
+def test_an_erasure_can_run_as_a_durable_job_with_its_receipt(world: World) -> None:
+    world.working[(world.ca, "uc")] = _fill(world.alice, world.ca, "uc")
+    mine = _of(world, world.ca, "uc")
+    bad = world.alice.post(
+        f"{MC}/{world.ca}/_memproxy_erase", params={"wait_for_completion": "soon"}, json={"user_id": "uc"}
+    )
+    assert bad.status_code == 400, bad.text
+    started = world.alice.post(
+        f"{MC}/{world.ca}/_memproxy_erase", params={"wait_for_completion": "false"}, json={"user_id": "uc"}
+    )
+    assert started.status_code == 200, started.text
+    job_id = started.json()["job_id"]
+    assert started.json()["state"] == "PENDING"
+    job = _job_done(world.alice, f"{MC}/_memproxy_erase/{job_id}")
+    assert job["state"] == "COMPLETED" and job["attempts"] == 1, job
+    receipt = job["receipt"]
+    assert receipt["user_id"] == "uc" and receipt["memory_container_ids"] == [world.ca]
+    assert receipt["verification"]["verified"] is True
+    deleted = _deleted(receipt)
+    assert {i: deleted.get(i) for i in mine} == mine and deleted[JOBS] == 1
+    assert _of(world, world.ca, "uc") == {i: 0 for i in mine}
+    # Another tenant does not see the job, nor does anyone for an id that is no erasure.
+    assert world.bob.get(f"{MC}/_memproxy_erase/{job_id}").status_code == 404
+    other_job = infer_job_id(world.working[(world.cb, "ua")])
+    assert world.root.get(f"{MC}/_memproxy_erase/{other_job}").status_code == 404
+
+
 # --- GoodMem ------------------------------------------------------------------------------------------
 
 
@@ -386,3 +425,23 @@ def test_deleting_a_space_deletes_its_page_images(world: World, people: People) 
         assert _space_docs(world, "memproxy-goodmem-pages", "space_id", space) == 1
         assert d.delete(f"/v1/spaces/{space}").status_code == 204
     assert _space_docs(world, "memproxy-goodmem-pages", "space_id", space) == 0
+
+
+def test_a_user_erasure_can_run_as_a_durable_job(world: World, people: People) -> None:
+    erin = make_tenant(world.root, "erin")
+    with _client(world.url, erin) as e:
+        space = _space(e)
+        _memory(e, space, "Erin's memory.")
+        started = e.post(f"/v1/users/{erin.user_id}:erase", params={"waitForCompletion": "false"})
+        assert started.status_code == 202, started.text
+        job_id = started.json()["jobId"]
+        with _client(world.url, people.dave) as d:
+            assert d.get(f"/v1/users/{erin.user_id}/erasures/{job_id}").status_code == 403
+        assert e.get(f"/v1/users/{erin.user_id}/erasures/{uuid.uuid4()}").status_code == 404
+        job = _job_done(e, f"/v1/users/{erin.user_id}/erasures/{job_id}", state="status")
+        assert job["status"] == "BACKGROUND_JOB_SUCCEEDED", job
+        receipt = job["receipt"]
+        assert receipt["spaceIds"] == [space] and receipt["verification"]["verified"] is True
+        deleted = _deleted(receipt)
+        assert deleted["memproxy-goodmem-memories"] == 1 and deleted[".plugins-ml-am-memory-container"] == 1
+    assert world.root.get(f"/v1/spaces/{space}").status_code == 404

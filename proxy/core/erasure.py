@@ -16,20 +16,24 @@ verification) deletes what is left and reports the rest as zero: there is no sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.core.clock import now_ms
 from proxy.core.container_record import MEMORY_TYPES, Container
+from proxy.core.containers import get_container
 from proxy.core.infer.jobs import INFER_JOB
+from proxy.core.jobs import Job, JobContext, JobQueue, JobRunner
 from proxy.core.services import Services
+from proxy.errors import NotFound
 from proxy.store import memories as docs
 from proxy.store.jobs import JobDocs
 from proxy.store.query import Filter, Term, Terms, all_of
 
 __all__ = [
     "ERASED_IDS_SHOWN",
+    "ERASE_JOB",
     "ID_BATCH",
     "MAX_ROUNDS",
     "JobMatch",
@@ -45,8 +49,11 @@ __all__ = [
     "count_target",
     "delete_matching_jobs",
     "delete_target",
+    "enqueue_namespace_erasure",
     "erase_namespace_user",
+    "job_tally",
     "matching_jobs",
+    "register_erasure",
     "run_erasure",
 ]
 
@@ -56,7 +63,9 @@ ERASED_IDS_SHOWN = 100
 # Documents found and deleted per step where a step must know the ids (linked history, job scans).
 ID_BATCH = 1000
 _JOB_SCAN = 1000
-JOBS_INDEX = "memproxy-jobs"
+# An erasure run as a durable job (``wait_for_completion=false``): the payload names the user and the
+# containers the caller was allowed at the request.
+ERASE_JOB = "erase"
 
 
 def container_scope(container_ids: Sequence[str]) -> Filter:
@@ -79,10 +88,29 @@ class Target:
 @dataclass
 class Tally:
     """What an erasure deleted, per index: the count, and the first :data:`ERASED_IDS_SHOWN` ids where
-    known."""
+    known. ``saver`` (an erasure job's) keeps it after every step, so that a retried job's receipt still
+    counts what an interrupted attempt deleted."""
 
     deleted: dict[str, int] = field(default_factory=dict)
     ids: dict[str, list[str]] = field(default_factory=dict)
+    saver: Callable[[Tally], Awaitable[None]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"deleted": dict(self.deleted), "ids": {k: list(v) for k, v in self.ids.items()}}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | None) -> Tally:
+        value = value or {}
+        deleted = value.get("deleted") if isinstance(value.get("deleted"), Mapping) else {}
+        ids = value.get("ids") if isinstance(value.get("ids"), Mapping) else {}
+        return cls(
+            {str(k): int(v) for k, v in (deleted or {}).items()},
+            {str(k): [str(i) for i in v] for k, v in (ids or {}).items() if isinstance(v, list)},
+        )
+
+    async def checkpoint(self) -> None:
+        if self.saver is not None:
+            await self.saver(self)
 
     def add(self, index: str, count: int, ids: Iterable[str] = ()) -> None:
         self.deleted[index] = self.deleted.get(index, 0) + count
@@ -122,6 +150,27 @@ class Receipt:
         """(index, deleted, ids shown) in index-name order."""
         return [(i, n, self.tally.ids.get(i, [])) for i, n in sorted(self.tally.deleted.items())]
 
+    def to_json(self) -> dict[str, Any]:
+        """The receipt as a job keeps it (its ``result``)."""
+        check = self.verification
+        return {
+            "erased_at": self.erased_at,
+            **self.tally.to_json(),
+            "verified": check.verified,
+            "rounds": check.rounds,
+            "found": dict(check.found),
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Receipt:
+        found = value.get("found") if isinstance(value.get("found"), Mapping) else {}
+        check = Verification(
+            bool(value.get("verified")),
+            int(value.get("rounds") or 0),
+            {str(k): int(v) for k, v in (found or {}).items()},
+        )
+        return cls(int(value.get("erased_at") or 0), Tally.from_json(value), check)
+
 
 class ErasureScope(Protocol):
     async def erase_round(self, svc: Services, tally: Tally) -> None: ...
@@ -131,9 +180,10 @@ class ErasureScope(Protocol):
         ...
 
 
-async def run_erasure(svc: Services, scope: ErasureScope) -> Receipt:
-    """Rounds of delete-then-verify until the verification finds nothing (at most :data:`MAX_ROUNDS`)."""
-    tally = Tally()
+async def run_erasure(svc: Services, scope: ErasureScope, tally: Tally | None = None) -> Receipt:
+    """Rounds of delete-then-verify until the verification finds nothing (at most :data:`MAX_ROUNDS`);
+    ``tally``: what an earlier, interrupted run of the same erasure deleted (a job's saved progress)."""
+    tally = tally if tally is not None else Tally()
     found: dict[str, int] = {}
     for rounds in range(1, MAX_ROUNDS + 1):
         await scope.erase_round(svc, tally)
@@ -156,6 +206,7 @@ async def delete_target(svc: Services, target: Target, tally: Tally) -> None:
         svc.store, target.index, target.selection, routing=target.routing, ignore_missing=True
     )
     tally.add(target.index, int(result.get("deleted") or 0))
+    await tally.checkpoint()
 
 
 async def count_target(svc: Services, target: Target) -> int:
@@ -212,6 +263,7 @@ async def delete_matching_jobs(jobs: JobDocs | None, matches: Sequence[JobMatch]
         ids = await matching_jobs(jobs, match)
         for batch in chunks(ids):
             tally.add(jobs.index, await jobs.delete_ids(batch), batch)
+            await tally.checkpoint()
 
 
 async def count_matching_jobs(jobs: JobDocs | None, matches: Sequence[JobMatch]) -> dict[str, int]:
@@ -299,6 +351,7 @@ class NamespaceUserScope:
                     ignore_missing=True,
                 )
                 tally.add(target.index, int(result.get("deleted") or 0), ids)
+                await tally.checkpoint()
         for memory_type in ("working", "sessions"):
             for target in self.targets(memory_type):
                 await delete_target(svc, target, tally)
@@ -327,3 +380,41 @@ async def erase_namespace_user(
 ) -> Receipt:
     """Erase ``namespace.user_id == user_id`` from ``containers`` (the caller checked they may)."""
     return await run_erasure(svc, NamespaceUserScope(list(containers), user_id, jobs))
+
+
+# --- as a durable job --------------------------------------------------------------------------------
+
+
+def job_tally(ctx: JobContext) -> Tally:
+    """The tally an earlier attempt of this job saved (empty on a first attempt), saved again after every
+    step of this one."""
+
+    async def save(tally: Tally) -> None:
+        await ctx.save_progress(tally.to_json())
+
+    tally = Tally.from_json(ctx.progress)
+    tally.saver = save
+    return tally
+
+
+async def enqueue_namespace_erasure(
+    queue: JobQueue, containers: Sequence[Container], user_id: str, owner_id: str | None
+) -> Job:
+    payload = {"user_id": user_id, "container_ids": [c.id for c in containers]}
+    return await queue.enqueue(ERASE_JOB, payload, owner_id=owner_id)
+
+
+def register_erasure(runner: JobRunner, svc: Services) -> None:
+    async def run(payload: Mapping[str, Any], ctx: JobContext) -> Mapping[str, Any]:
+        containers: list[Container] = []
+        for container_id in payload.get("container_ids") or ():
+            try:
+                containers.append(await get_container(svc, str(container_id)))
+            except NotFound:  # deleted since the request: nothing of it is searched any more
+                continue
+        await ctx.set_stage("erase")
+        scope = NamespaceUserScope(containers, str(payload["user_id"]), runner.queue.docs)
+        receipt = await run_erasure(svc, scope, job_tally(ctx))
+        return {**receipt.to_json(), "memory_container_ids": [c.id for c in containers]}
+
+    runner.register(ERASE_JOB, run)

@@ -335,6 +335,27 @@ class UserErasureReceipt(_Out):
     verification: ErasureVerification
 
 
+class UserErasureQuery(_In):
+    waitForCompletion: bool | None = Field(
+        None, description="false: answer 202 with the id of a durable job that erases (default true)"
+    )
+
+
+class UserErasureStarted(_Out):
+    jobId: str
+    status: str
+
+
+class UserErasureJob(_Out):
+    jobId: str
+    status: str
+    attempts: int
+    createdAt: int
+    finishedAt: int | None = None
+    lastError: str | None = None
+    receipt: UserErasureReceipt | None = Field(None, description="once the job has completed")
+
+
 class TransferOwnership(_In):
     newOwnerId: UUID
 
@@ -894,9 +915,15 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/v1/users/me"): Operation("The caller", {200: User}),
     ("POST", "/v1/users/{id}:erase"): Operation(
         "memproxy: erase a user's data (the user or an administrator), with a receipt",
-        {200: UserErasureReceipt, 409: UserErasureReceipt},
+        {200: UserErasureReceipt, 202: UserErasureStarted, 409: UserErasureReceipt},
         body=UserErasure,
         body_required=False,
+        query=UserErasureQuery,
+        path_params=_UUID,
+    ),
+    ("GET", "/v1/users/{id}/erasures/{jobId}"): Operation(
+        "memproxy: an erasure job of the user (waitForCompletion=false) and its receipt",
+        {200: UserErasureJob},
         path_params=_UUID,
     ),
     ("GET", "/v1/users/email/{email}"): Operation("A user by email", {200: User}),

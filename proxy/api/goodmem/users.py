@@ -10,7 +10,7 @@ from aiohttp import web
 from pydantic import BeforeValidator
 
 from proxy.api.goodmem.coerce import json_bool
-from proxy.api.goodmem.render import user_json
+from proxy.api.goodmem.render import JOB_STATUS, user_json
 from proxy.api.goodmem.state import goodmem, principal
 from proxy.api.goodmem.wire import (
     Query,
@@ -25,7 +25,15 @@ from proxy.api.goodmem.wire import (
     wire_field,
 )
 from proxy.core.goodmem import users as core
-from proxy.core.goodmem.erasure import UserErasure, UserErasureResult, check_may_erase, erase_user
+from proxy.core.goodmem.erasure import (
+    UserErasure,
+    UserErasureResult,
+    check_may_erase,
+    enqueue_user_erasure,
+    erase_user,
+    find_user_erasure,
+    result_from_json,
+)
 from proxy.core.goodmem.users import NewUser, UserUpdate
 from proxy.errors import BadRequest
 
@@ -186,6 +194,29 @@ async def erase(request: web.Request) -> web.Response:
     check_may_erase(who, user_id)
     body = UserErasureBody.parse(await json_body(request, required=False))
     req = UserErasure(user_id, delete_user=json_bool(body.delete_user, "deleteUser", False))
+    if not Query(request).flag("waitForCompletion", True):
+        job = await enqueue_user_erasure(goodmem(request), who, req)
+        return reply({"jobId": job.job_id, "status": JOB_STATUS[job.state]}, status=202)
     result = await erase_user(goodmem(request), who, req)
     # A verification that still finds data (writes that kept coming) is not reported as a success.
     return reply(_erasure_json(user_id, result), status=200 if result.receipt.verification.verified else 409)
+
+
+@routes.get("/v1/users/{id}/erasures/{jobId}")
+async def erasure_job(request: web.Request) -> web.Response:
+    """An erasure job of the user (``waitForCompletion=false``) and, once it ended, its receipt."""
+    who = await principal(request)
+    user_id = request.match_info["id"]
+    job = await find_user_erasure(goodmem(request), who, user_id, request.match_info["jobId"])
+    receipt = _erasure_json(user_id, result_from_json(job.result)) if job.result is not None else None
+    return reply(
+        {
+            "jobId": job.job_id,
+            "status": JOB_STATUS.get(job.state, "BACKGROUND_JOB_STATUS_UNSPECIFIED"),
+            "attempts": job.attempts,
+            "createdAt": job.created_at,
+            "finishedAt": job.finished_at,
+            "lastError": job.last_error,
+            "receipt": receipt,
+        }
+    )

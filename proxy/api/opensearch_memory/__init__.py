@@ -44,6 +44,7 @@ ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
     (("POST",), PREFIX + "/_create", containers.create),
     (("GET", "POST"), PREFIX + "/_search", containers.search),
     (("POST",), PREFIX + "/_memproxy_erase", erasure.erase_everywhere),
+    (("GET",), PREFIX + "/_memproxy_erase/{job_id}", erasure.erasure_job),
     (("GET",), _C, containers.get),
     (("PUT",), _C, containers.update),
     (("DELETE",), _C, containers.delete),

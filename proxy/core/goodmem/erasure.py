@@ -15,8 +15,9 @@ refused verification) finds the same spaces by their owner when it runs again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.core.container_record import MEMORY_TYPES, Container
 from proxy.core.containers import delete_container, every_container, get_container
@@ -34,6 +35,7 @@ from proxy.core.erasure import (
     count_target,
     delete_matching_jobs,
     delete_target,
+    job_tally,
     run_erasure,
 )
 from proxy.core.goodmem.context import GoodMem
@@ -41,14 +43,26 @@ from proxy.core.goodmem.documents import DOCUMENT_JOB
 from proxy.core.goodmem.ids import check_uuid, now_ms
 from proxy.core.identity import Principal, require_admin, space_owner_id
 from proxy.core.infer.jobs import INFER_JOB
+from proxy.core.jobs import Job, JobContext, JobRunner
 from proxy.core.services import Services
-from proxy.errors import BadRequest, Forbidden, NotFound
+from proxy.errors import BadRequest, Forbidden, NotFound, Unavailable
 from proxy.store import memories as docs
 from proxy.store.containers import CONTAINER_INDEX
 from proxy.store.goodmem import APIKEYS, GRANTS, MEMORIES, PAGES, USERS
 from proxy.store.query import Filter, Not, Term, Terms, all_of
 
-__all__ = ["UserErasure", "UserErasureResult", "check_may_erase", "erase_user"]
+__all__ = [
+    "USER_ERASE_JOB",
+    "UserErasure",
+    "UserErasureResult",
+    "check_may_erase",
+    "enqueue_user_erasure",
+    "erase_user",
+    "find_user_erasure",
+    "register_user_erasure",
+    "result_from_json",
+    "result_json",
+]
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,7 @@ class _UserScope:
                 svc.store, MEMORIES, Terms("memory_id", memory_ids), ignore_missing=True
             )
             tally.add(MEMORIES, int(result.get("deleted") or 0), memory_ids)
+            await tally.checkpoint()
 
     async def remaining(self, svc: Services) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -177,7 +192,7 @@ async def _owned_spaces(gm: GoodMem, user_id: str) -> list[Container]:
     return [c async for c in every_container(gm.svc) if await space_owner_id(gm.identity, c) == user_id]
 
 
-async def _delete_account(gm: GoodMem, principal: Principal, user_id: str, tally: Tally) -> None:
+async def _delete_account(gm: GoodMem, actor_id: str, user_id: str, tally: Tally) -> None:
     """Keys, grants to the user, and the user document tombstoned without its personal fields."""
     for index, key in ((APIKEYS, "user_id"), (GRANTS, "principal_id")):
         await delete_target(gm.svc, Target(index, Term(key, user_id)), tally)
@@ -191,10 +206,10 @@ async def _delete_account(gm: GoodMem, principal: Principal, user_id: str, tally
             display_name="",
             labels={},
             updated_at=now,
-            updated_by_id=principal.user_id,
+            updated_by_id=actor_id,
         )
         doc.setdefault("deleted_at", now)
-        doc.setdefault("deleted_by_id", principal.user_id)
+        doc.setdefault("deleted_by_id", actor_id)
         await gm.docs.put(USERS, user_id, doc)
     gm.caches.access_changed()
 
@@ -205,10 +220,10 @@ def check_may_erase(principal: Principal, user_id: str) -> None:
         raise Forbidden("Permission denied: only the user or an administrator may erase a user's data")
 
 
-async def erase_user(gm: GoodMem, principal: Principal, req: UserErasure) -> UserErasureResult:
-    """The user themself or an administrator erases the user's data; only an administrator deletes the
-    account. Refused before anything is deleted: another user's data (403), the root user (400: root owns
-    every container created without an owner), an unknown user (404)."""
+async def _authorize(gm: GoodMem, principal: Principal, req: UserErasure) -> str:
+    """The user id, once every refusal that comes before deleting anything is past: another user's data
+    (403), ``deleteUser`` by a non-administrator (403), an unknown user (404), the root user (400: root owns
+    every container created without an owner)."""
     user_id = check_uuid(req.user_id, "id")
     check_may_erase(principal, user_id)
     if req.delete_user:
@@ -218,11 +233,19 @@ async def erase_user(gm: GoodMem, principal: Principal, req: UserErasure) -> Use
         raise NotFound("User not found")
     if "ROOT" in (doc.get("roles") or ()) or user_id == await gm.instance.root_user_id():
         raise BadRequest("The root user's data cannot be erased")
+    return user_id
+
+
+async def _perform(
+    gm: GoodMem, actor_id: str, user_id: str, delete_user: bool, tally: Tally | None = None
+) -> UserErasureResult:
     spaces = await _owned_spaces(gm, user_id)
-    receipt = await run_erasure(gm.svc, _UserScope(gm, user_id, spaces))
-    if not receipt.verification.verified:
-        return UserErasureResult(receipt, [c.id for c in spaces], False)
+    receipt = await run_erasure(gm.svc, _UserScope(gm, user_id, spaces), tally)
     tally = receipt.tally
+    # Spaces an interrupted earlier attempt of this erasure deleted are no longer found by their owner.
+    space_ids = sorted({c.id for c in spaces} | set(tally.ids.get(CONTAINER_INDEX, ())))
+    if not receipt.verification.verified:
+        return UserErasureResult(receipt, space_ids, False)
     tally.touch(CONTAINER_INDEX)
     for space in spaces:
         try:
@@ -230,17 +253,73 @@ async def erase_user(gm: GoodMem, principal: Principal, req: UserErasure) -> Use
         except NotFound:  # deleted meanwhile
             continue
         tally.add(CONTAINER_INDEX, 1, [space.id])
+        await tally.checkpoint()
     found = dict(receipt.verification.found)
     if spaces:
         found[CONTAINER_INDEX] = await count_target(
             gm.svc, Target(CONTAINER_INDEX, Terms("_id", tuple(c.id for c in spaces)))
         )
-    if req.delete_user:
-        await _delete_account(gm, principal, user_id, tally)
+    if delete_user:
+        await _delete_account(gm, actor_id, user_id, tally)
         for index, key in ((APIKEYS, "user_id"), (GRANTS, "principal_id")):
             found[index] = found.get(index, 0) + await count_target(gm.svc, Target(index, Term(key, user_id)))
     verified = not any(found.values())
     verification = Verification(verified, receipt.verification.rounds, found)
     return UserErasureResult(
-        Receipt(receipt.erased_at, tally, verification), [c.id for c in spaces], req.delete_user and verified
+        Receipt(receipt.erased_at, tally, verification), space_ids, delete_user and verified
     )
+
+
+async def erase_user(gm: GoodMem, principal: Principal, req: UserErasure) -> UserErasureResult:
+    """The user themself or an administrator erases the user's data; only an administrator deletes the
+    account. Refused before anything is deleted (:func:`_authorize`)."""
+    user_id = await _authorize(gm, principal, req)
+    return await _perform(gm, principal.user_id, user_id, req.delete_user)
+
+
+# --- as a durable job --------------------------------------------------------------------------------
+
+USER_ERASE_JOB = "goodmem_user_erase"
+
+
+async def enqueue_user_erasure(gm: GoodMem, principal: Principal, req: UserErasure) -> Job:
+    """The erasure as a durable job, refused as :func:`erase_user` refuses, before it is enqueued."""
+    if gm.jobs is None:
+        raise Unavailable("Erasure jobs are run by background jobs, which this process does not run")
+    user_id = await _authorize(gm, principal, req)
+    payload = {"user_id": user_id, "delete_user": req.delete_user, "actor_id": principal.user_id}
+    return await gm.jobs.enqueue(USER_ERASE_JOB, payload, owner_id=principal.user_id)
+
+
+def result_json(result: UserErasureResult) -> dict[str, Any]:
+    """The job's ``result``: the receipt, the spaces and whether the account went."""
+    return {**result.receipt.to_json(), "space_ids": result.space_ids, "user_deleted": result.user_deleted}
+
+
+def result_from_json(value: Mapping[str, Any]) -> UserErasureResult:
+    spaces = [str(s) for s in value.get("space_ids") or ()]
+    return UserErasureResult(Receipt.from_json(value), spaces, bool(value.get("user_deleted")))
+
+
+async def find_user_erasure(gm: GoodMem, principal: Principal, user_id: str, job_id: str) -> Job:
+    """An erasure job of ``user_id`` the caller may see (the user or an administrator), else 404."""
+    check_may_erase(principal, check_uuid(user_id, "id"))
+    job = await gm.jobs.find(job_id) if gm.jobs is not None else None
+    if job is None or job.kind != USER_ERASE_JOB or job.payload.get("user_id") != user_id:
+        raise NotFound("Erasure job not found")
+    return job
+
+
+def register_user_erasure(runner: JobRunner, gm: GoodMem) -> None:
+    async def run(payload: Mapping[str, Any], ctx: JobContext) -> Mapping[str, Any]:
+        await ctx.set_stage("erase")
+        result = await _perform(
+            gm,
+            str(payload["actor_id"]),
+            str(payload["user_id"]),
+            bool(payload.get("delete_user")),
+            job_tally(ctx),
+        )
+        return result_json(result)
+
+    runner.register(USER_ERASE_JOB, run)
