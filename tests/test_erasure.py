@@ -250,6 +250,54 @@ def test_an_erasure_can_run_as_a_durable_job_with_its_receipt(world: World) -> N
     assert world.root.get(f"{MC}/_memproxy_erase/{other_job}").status_code == 404
 
 
+def test_a_dead_workers_erasure_job_is_finished_by_another_attempt_counting_both(world: World) -> None:
+    """A worker that died mid-erasure leaves its job RUNNING with an expired lease and the tally it saved;
+    the next claim runs it again, and the receipt adds what this attempt deleted to what the dead one had."""
+    world.working[(world.ca, "ud")] = _fill(world.alice, world.ca, "ud")
+    mine = _of(world, world.ca, "ud")
+    long_term = BASE + "long-term"
+    # The dead attempt had deleted 2 long-term memories (gone from the node, and counted in its tally).
+    gone = httpx.post(
+        f"{world.node}/{long_term}/_search",
+        json={"size": 2, "query": {"term": {"namespace.user_id": "ud"}}, "_source": False},
+        timeout=30,
+    ).json()["hits"]["hits"]
+    for hit in gone:
+        httpx.delete(f"{world.node}/{long_term}/_doc/{hit['_id']}", params={"routing": world.ca}, timeout=30)
+    httpx.post(f"{world.node}/{long_term}/_refresh", timeout=30)
+    assert _of(world, world.ca, "ud")[long_term] == mine[long_term] - 2
+    now = int(time.time() * 1000)
+    job_id = str(uuid.uuid4())
+    me = world.alice.get("/v1/users/me").json()["userId"]
+    doc = {
+        "kind": "erase",
+        "state": "RUNNING",
+        "payload": {"user_id": "ud", "container_ids": [world.ca]},
+        "owner_id": me,
+        "attempts": 1,
+        "max_attempts": 5,
+        "lease_owner": "dead-host:1:x",
+        "lease_expires_at": now - 1000,
+        "not_before": now - 60_000,
+        "created_at": now - 60_000,
+        "updated_at": now - 30_000,
+        "started_at": now - 60_000,
+        "progress": {"deleted": {long_term: 2}, "ids": {long_term: [h["_id"] for h in gone]}},
+    }
+    path = f"{world.node}/{JOBS}/_doc/{job_id}"
+    written = httpx.put(path, params={"refresh": "true"}, json=doc, timeout=30)
+    assert written.status_code in (200, 201), written.text
+    job = _job_done(world.alice, f"{MC}/_memproxy_erase/{job_id}")
+    assert job["state"] == "COMPLETED" and job["attempts"] == 2, job
+    receipt = job["receipt"]
+    assert receipt["verification"]["verified"] is True
+    deleted = _deleted(receipt)
+    assert {i: deleted.get(i) for i in mine} == mine  # both attempts together: everything there was
+    listed = next(e["ids"] for e in receipt["indices"] if e["index"] == long_term)
+    assert {h["_id"] for h in gone} <= set(listed)
+    assert _of(world, world.ca, "ud") == {i: 0 for i in mine}
+
+
 # --- GoodMem ------------------------------------------------------------------------------------------
 
 
