@@ -211,6 +211,46 @@ def test_erasing_everywhere_stays_within_the_callers_containers(world: World) ->
     assert _job_exists(world, world.cb, "ub") and not _job_exists(world, world.ca, "ub")
 
 
+def test_the_history_of_an_erased_memory_goes_whatever_its_namespace(world: World) -> None:
+    """History records are found by their memory's id too: one of ue's memory without a user_id in its
+    namespace (a strategy on another namespace key, say) goes; one of another memory stays."""
+    written = world.alice.post(
+        f"{MC}/{world.ca}/memories/long-term/_memproxy_add",
+        json={"memory": "ue likes chess", "namespace": {"user_id": "ue"}},
+    )
+    assert written.status_code == 200, written.text
+    memory_id = written.json()["long_term_memory_id"]
+    history = BASE + "history"
+    records = {}
+    for name, about in (("linked", memory_id), ("other", str(uuid.uuid4()))):
+        doc = {
+            "memory_container_id": world.ca,
+            "memory_id": about,
+            "action": "ADD",
+            "namespace": {"agent_id": "a1"},
+            "created_time": int(time.time() * 1000),
+        }
+        made = httpx.post(
+            f"{world.node}/{history}/_doc",
+            params={"refresh": "true", "routing": world.ca},
+            json=doc,
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        records[name] = made.json()["_id"]
+    answer = _erase(world.alice, "ue", world.ca)
+    assert answer.status_code == 200, answer.text
+    deleted = _deleted(answer.json())
+    assert deleted[history] == 1 and deleted[BASE + "long-term"] == 1
+
+    def exists(doc_id: str) -> bool:
+        got = httpx.get(f"{world.node}/{history}/_doc/{doc_id}", params={"routing": world.ca}, timeout=30)
+        return bool(got.json().get("found"))
+
+    assert not exists(records["linked"]) and exists(records["other"])
+    httpx.delete(f"{world.node}/{history}/_doc/{records['other']}", params={"routing": world.ca}, timeout=30)
+
+
 def _job_done(client: httpx.Client, path: str, state: str = "state", timeout: float = 120) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:

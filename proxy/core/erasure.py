@@ -320,7 +320,7 @@ class NamespaceUserScope:
         # long-term memory together (a history record is found by its memory's id only while the memory
         # is there), then working memory and sessions.
         await delete_matching_jobs(self.jobs, self._job_matches(), tally)
-        for target in self.targets("history"):
+        for target in [*self.targets("history"), *self._erased_history()]:
             await delete_target(svc, target, tally)
         history = self._history_of()
         for target in self.targets("long-term"):
@@ -360,17 +360,22 @@ class NamespaceUserScope:
         selection = all_of([Terms("memory_id", tuple(memory_ids)), container_scope([container_id])])
         return Target(index, selection, (container_id,))
 
+    def _erased_history(self) -> list[Target]:
+        """History records of the long-term memories this erasure deleted (one a concurrent extraction
+        wrote after its memory went is deleted by the next round, and counted by the verification)."""
+        history = self._history_of()
+        return [
+            self._linked_history(history[container_id], container_id, batch)
+            for container_id, ids in self.erased_long_term.items()
+            if container_id in history
+            for batch in chunks(ids)
+        ]
+
     async def remaining(self, svc: Services) -> dict[str, int]:
         found: dict[str, int] = {}
-        for memory_type in MEMORY_TYPES:
-            for target in self.targets(memory_type):
-                found[target.index] = found.get(target.index, 0) + await count_target(svc, target)
-        history = self._history_of()
-        for container_id, ids in self.erased_long_term.items():
-            if container_id in history:
-                for batch in chunks(ids):
-                    target = self._linked_history(history[container_id], container_id, batch)
-                    found[target.index] = found.get(target.index, 0) + await count_target(svc, target)
+        targets = [t for memory_type in MEMORY_TYPES for t in self.targets(memory_type)]
+        for target in [*targets, *self._erased_history()]:
+            found[target.index] = found.get(target.index, 0) + await count_target(svc, target)
         found.update(await count_matching_jobs(self.jobs, self._job_matches()))
         return found
 

@@ -133,10 +133,26 @@ class _UserScope:
         except NotFound:  # the space went, and its chunks with it
             return None
 
+    async def _erased_targets(self, svc: Services) -> list[Target]:
+        """Chunks and page images of the records this erasure deleted in others' spaces (a document job
+        that was still running may write them after its record went: the next round deletes them)."""
+        by_space: dict[str, list[str]] = {}
+        for memory_id, space_id in self.erased_records.items():
+            by_space.setdefault(space_id, []).append(memory_id)
+        out: list[Target] = []
+        for space_id, ids in by_space.items():
+            container = await self._container(svc, space_id)
+            for batch in chunks(ids):
+                out.append(Target(PAGES, Terms("memory_id", batch)))
+                chunk_target = self._chunks_of(container, batch) if container is not None else None
+                if chunk_target is not None:
+                    out.append(chunk_target)
+        return out
+
     async def erase_round(self, svc: Services, tally: Tally) -> None:
         jobs = self.gm.jobs.docs if self.gm.jobs is not None else None
         await delete_matching_jobs(jobs, self._job_matches(), tally)
-        for target in self.targets():
+        for target in [*self.targets(), *await self._erased_targets(svc)]:
             await delete_target(svc, target, tally)
         tally.touch(MEMORIES)
         # Records last within each batch: a record is how its chunks, pages and job are found again.
@@ -169,19 +185,9 @@ class _UserScope:
         def add(index: str, n: int) -> None:
             found[index] = found.get(index, 0) + n
 
-        for target in self.targets():
+        for target in [*self.targets(), *await self._erased_targets(svc)]:
             add(target.index, await count_target(svc, target))
         add(MEMORIES, await count_target(svc, Target(MEMORIES, self._records_elsewhere())))
-        by_space: dict[str, list[str]] = {}
-        for memory_id, space_id in self.erased_records.items():
-            by_space.setdefault(space_id, []).append(memory_id)
-        for space_id, ids in by_space.items():
-            container = await self._container(svc, space_id)
-            for batch in chunks(ids):
-                add(PAGES, await count_target(svc, Target(PAGES, Terms("memory_id", batch))))
-                chunk_target = self._chunks_of(container, batch) if container is not None else None
-                if chunk_target is not None:
-                    add(chunk_target.index, await count_target(svc, chunk_target))
         jobs = self.gm.jobs.docs if self.gm.jobs is not None else None
         for index, n in (await count_matching_jobs(jobs, self._job_matches())).items():
             add(index, n)
