@@ -46,12 +46,16 @@ NOT_WITH_KNOWN_IDS = {
     ("PUT", "/v1/users/{id}"),
     ("DELETE", "/v1/embedders/{id}"),
     ("PUT", "/v1/embedders/{id}"),
+    ("POST", "/v1/users/{id}:erase"),
 }
+# Not sent at all: an administrator's erase over every container would delete the generated user ids'
+# memories from every other test's containers on the shared node (tests/test_erasure.py covers it).
+NOT_RUN = {("POST", "/_plugins/_ml/memory_containers/_memproxy_erase")}
 
 # Examples per operation and pass (a generated pass, and one that names objects that exist): about 4,900
 # requests, a minute here (three at most with the machine's two shared cores busy).
 MAX_EXAMPLES = 40
-GENERATED_REQUESTS = 7324
+GENERATED_REQUESTS = 7564
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
 
 
@@ -360,7 +364,11 @@ def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(
 ) -> None:
     document = httpx.get(proxy_url + openapi.PATH, timeout=30).json()
     schema = schemathesis.openapi.from_dict(document)
-    operations = [cast(Any, r).ok() for r in schema.get_all_operations()]
+    operations = [
+        op
+        for op in (cast(Any, r).ok() for r in schema.get_all_operations())
+        if (op.method.upper(), op.path) not in NOT_RUN
+    ]
     # Deletes last, so the objects of known_ids live through every other operation's run.
     operations.sort(key=lambda op: op.method.upper() == "DELETE")
     sent = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "check_llm_id",
     "create_container",
     "delete_container",
+    "every_container",
     "get_container",
     "list_containers",
     "search_containers",
@@ -237,8 +238,8 @@ async def delete_container(
     from every index it uses, which is safe on shared indices; a container that is a GoodMem space (it has a
     ``goodmem`` object) is always purged, whichever API deletes it; in any other container the GoodMem chunks
     (long-term documents with a ``memory_id``) go, so no chunk outlives its memory record. Its GoodMem
-    memory records and grants always go, and the read caches forget it (and every cached permission) before
-    this returns.
+    memory records, their page images and grants always go, and the read caches forget it (and every cached
+    permission) before this returns.
     """
     container = await get_container(svc, container_id)
     types = list(MEMORY_TYPES) if delete_all_memories else [parse_memory_type(t) for t in delete_memory_types]
@@ -274,8 +275,12 @@ async def _purge_index(svc: Services, container: Container, index: str | None) -
 
 
 async def _purge_goodmem_documents(svc: Services, container_id: str) -> None:
-    """The space's GoodMem memory records and the grants on it; the caches forget both."""
-    for index, key in ((goodmem_docs.MEMORIES, "space_id"), (goodmem_docs.GRANTS, "resource_id")):
+    """The space's GoodMem memory records, their page images and the grants on it; the caches forget them."""
+    for index, key in (
+        (goodmem_docs.PAGES, "space_id"),
+        (goodmem_docs.MEMORIES, "space_id"),
+        (goodmem_docs.GRANTS, "resource_id"),
+    ):
         await docs.delete_by_query(svc.store, index, Term(key, container_id), ignore_missing=True)
     svc.caches.containers.invalidate(container_id)
     svc.caches.access_changed()
@@ -337,3 +342,16 @@ async def list_containers(
         int(result["hits"]["total"]["value"]),
         hits[-1].get("sort") if hits else None,
     )
+
+
+async def every_container(svc: Services, *, page_size: int = 1000) -> AsyncIterator[Container]:
+    """Every container, in creation order, a page at a time (for a caller that must look at all of them,
+    e.g. to find those a principal may administer)."""
+    after: list[Any] | None = None
+    while True:
+        page = await list_containers(svc, size=page_size, search_after=after)
+        for container in page.containers:
+            yield container
+        if len(page.containers) < page_size or page.next_search_after is None:
+            return
+        after = page.next_search_after

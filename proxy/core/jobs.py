@@ -129,6 +129,9 @@ class Job:
     stages: tuple[dict[str, Any], ...] = ()
     # The attempts that ended, oldest first (:func:`attempt_record`): at most HISTORY_LIMIT.
     history: tuple[dict[str, Any], ...] = ()
+    # What the handler saved of its work so far (``JobContext.save_progress``), kept across attempts, so a
+    # retry can go on from it (stored, not indexed; not shown by ``view``).
+    progress: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -158,6 +161,7 @@ class Job:
             result=source.get("result"),
             stages=tuple(s for s in source.get("stages") or () if isinstance(s, dict)),
             history=tuple(h for h in source.get("history") or () if isinstance(h, dict)),
+            progress=source.get("progress") if isinstance(source.get("progress"), dict) else None,
         )
 
     def view(self) -> dict[str, Any]:
@@ -304,6 +308,8 @@ class JobContext:
         self.worker = worker
         self.stage: str | None = None
         self._stages: list[dict[str, Any]] = []
+        # What an earlier attempt saved (None on a first attempt, or when none did).
+        self.progress: dict[str, Any] | None = job.progress
 
     @property
     def stages(self) -> list[dict[str, Any]]:
@@ -314,6 +320,12 @@ class JobContext:
     def last_attempt(self) -> bool:
         """No retry follows a failure of this attempt (a handler may record the failure itself)."""
         return self.attempt >= self.max_attempts
+
+    async def save_progress(self, progress: Mapping[str, Any]) -> None:
+        """Keep ``progress`` on the job (an attempt that follows this one finds it as ``progress``), through
+        the lease: raises :class:`LeaseLost` when the job is no longer this process's."""
+        self.progress = dict(progress)
+        await self._lease.write({"progress": self.progress}, refresh=False)
 
     async def set_stage(self, stage: str) -> None:
         """Record the step the handler is at (shown by the job; a failure names it as ``failure_stage``).

@@ -225,6 +225,27 @@ class JobDocs:
         )
         return int(result.get("deleted") or 0)
 
+    async def of_kind(
+        self, kind: str, fields: Sequence[str], size: int, after: int | None = None
+    ) -> list[Versioned]:
+        """Up to ``size`` jobs of ``kind`` (any state) with only ``fields`` of their source, in
+        sequence-number order from just after ``after`` (the last one's ``seq_no``), over the index's one
+        shard: a job written during the scan gets a higher number, so the scan still reaches it."""
+        body: dict[str, Any] = {
+            "size": size,
+            "query": {"bool": {"filter": [{"term": {"kind": kind}}]}},
+            "sort": [{"_seq_no": {"order": "asc"}}],
+            "_source": list(fields),
+            "seq_no_primary_term": True,
+            "track_total_hits": False,
+        }
+        if after is not None:
+            body["search_after"] = [after]
+        try:
+            return _hits(await search(self.store, self.index, body))
+        except IndexMissing:
+            return []
+
     async def count_by_state(self) -> dict[str, int]:
         """How many jobs are in each state ({} when there is no job index yet)."""
         body = {"size": 0, "aggs": {"states": {"terms": {"field": "state", "size": 16}}}}

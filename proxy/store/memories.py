@@ -39,6 +39,7 @@ __all__ = [
     "delete_doc",
     "get_doc",
     "index_doc",
+    "matching_ids",
     "search",
     "search_deadline",
     "update_doc",
@@ -229,12 +230,47 @@ async def search(
     return strip_routing(result)
 
 
-async def count(store: Store, index: str, selection: Filter, *, routing: str | None = None) -> int:
-    """How many documents of ``index`` match ``selection``."""
+async def count(
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    routing: str | Iterable[str] | None = None,
+    ignore_missing: bool = False,
+) -> int:
+    """How many documents of ``index`` match ``selection`` (``ignore_missing``: a missing index counts 0)."""
     query = compile_filter(selection) or {"match_all": {}}
     params = await _routing(store, index, routing)
+    if ignore_missing:
+        params = {**params, "ignore_unavailable": "true", "allow_no_indices": "true"}
     result = await store.request("POST", url(index, "_count"), body={"query": query}, params=params or None)
     return int(result.get("count", 0))
+
+
+async def matching_ids(
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    size: int,
+    routing: str | Iterable[str] | None = None,
+    fields: tuple[str, ...] = (),
+) -> list[tuple[str, dict[str, Any]]]:
+    """Up to ``size`` documents ``selection`` matches, as (id, the ``fields`` of its source), in no defined
+    order; none when the index is missing. For loops that delete what they found and ask again (so no
+    page token is needed: a round never sees what an earlier one deleted)."""
+    body: dict[str, Any] = {
+        "size": size,
+        "query": compile_filter(selection) or {"match_all": {}},
+        "_source": list(fields) if fields else False,
+        "track_total_hits": False,
+    }
+    params = {"ignore_unavailable": "true", "allow_no_indices": "true"}
+    try:
+        result = await search(store, index, body, params=params, routing=routing)
+    except IndexMissing:
+        return []
+    return [(str(h["_id"]), dict(h.get("_source") or {})) for h in result.get("hits", {}).get("hits", [])]
 
 
 async def delete_by_query(
@@ -243,11 +279,13 @@ async def delete_by_query(
     selection: Filter,
     *,
     container_id: str | None = None,
+    routing: Iterable[str] | None = None,
     refresh: bool = True,
     ignore_missing: bool = False,
 ) -> dict[str, Any]:
     """Delete the documents ``selection`` matches (within one container when ``container_id`` is given); the
-    node's answer (``deleted``, ``failures``…).
+    node's answer (``deleted``, ``failures``…). ``routing``: the containers a ``selection`` that scopes
+    several containers itself stays within (routing only; the scope is the selection's).
 
     The node's reindex module runs it natively; ``conflicts=proceed``: a concurrent update does not abort it.
     ``ignore_missing`` makes a missing index delete nothing instead of raising ``IndexMissing``.
@@ -256,7 +294,7 @@ async def delete_by_query(
     if container_id is not None:
         query = {"bool": {"must": [query], "filter": [container_term(container_id)]}}
     params = {"refresh": _refresh(refresh), "conflicts": "proceed", **delete_by_query_deadline(store)}
-    params.update(await _routing(store, index, container_id))
+    params.update(await _routing(store, index, container_id if container_id is not None else routing))
     if ignore_missing:
         params.update({"ignore_unavailable": "true", "allow_no_indices": "true"})
     result: dict[str, Any] = await store.request(

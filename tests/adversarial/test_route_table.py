@@ -33,6 +33,10 @@ SELF_SERVICE = {
     ("POST", f"{MC}/_create"),
     ("GET", f"{MC}/_search"),
     ("POST", f"{MC}/_search"),
+    # Erases within the containers whose memories the caller may delete (tests/test_erasure.py checks that
+    # another tenant's container sharing the indices keeps its memories).
+    ("POST", f"{MC}/_memproxy_erase"),
+    ("*", f"{MC}/_memproxy_erase"),
     ("*", f"{MC}/_create"),
     ("*", f"{MC}/_search"),
     ("*", MC),

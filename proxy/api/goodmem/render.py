@@ -19,6 +19,7 @@ from proxy.core.goodmem.users import User
 from proxy.core.jobs import Job
 
 __all__ = [
+    "JOB_STATUS",
     "api_key_json",
     "chunk_json",
     "grant_json",
@@ -197,7 +198,7 @@ def llm_created_json(created: CreatedLLM) -> dict[str, Any]:
     }
 
 
-_JOB_STATUS = {
+JOB_STATUS = {
     "PENDING": "BACKGROUND_JOB_PENDING",
     "RUNNING": "BACKGROUND_JOB_RUNNING",
     "COMPLETED": "BACKGROUND_JOB_SUCCEEDED",
@@ -212,7 +213,7 @@ def processing_history_json(job: Job, number: int) -> dict[str, Any]:
     latest: dict[str, Any] = {
         "jobId": number,
         "jobType": job.kind,
-        "status": _JOB_STATUS.get(job.state, "BACKGROUND_JOB_STATUS_UNSPECIFIED"),
+        "status": JOB_STATUS.get(job.state, "BACKGROUNDJOB_STATUS_UNSPECIFIED"),
         "attempts": job.attempts,
         "maxAttempts": job.max_attempts,
         "runAt": job.not_before,

@@ -299,6 +299,63 @@ class PurgedJobs(_Out):
     dryRun: bool
 
 
+class UserErasure(_In):
+    deleteUser: bool | None = Field(
+        None, description="also delete the account: its API keys, grants to it, its personal fields (admins)"
+    )
+
+
+class ErasedIndex(_Out):
+    index: str
+    deleted: int
+    ids: list[str]
+    idsComplete: bool
+
+
+class SearchedIndex(_Out):
+    index: str
+    found: int
+
+
+class ErasureVerification(_Out):
+    verified: bool
+    rounds: int
+    searched: list[SearchedIndex]
+
+
+class UserErasureReceipt(_Out):
+    """What erasing a user's data deleted per index, and the searches after it (409: they still found)."""
+
+    userId: str
+    spaceIds: list[str]
+    erasedAt: int
+    indices: list[ErasedIndex]
+    totalDeleted: int
+    userDeleted: bool
+    verification: ErasureVerification
+
+
+class UserErasureQuery(_In):
+    waitForCompletion: bool | None = Field(
+        None, description="false: answer 202 with the id of a durable job that erases (default true)"
+    )
+
+
+class UserErasureStarted(_Out):
+    jobId: str
+    status: str
+
+
+class UserErasureJob(_Out):
+    jobId: str
+    status: str
+    attempts: int
+    createdAt: int
+    finishedAt: int | None = None
+    lastError: str | None = None
+    receipt: UserErasureReceipt | None = Field(None, description="once the job has completed")
+
+
 class TransferOwnership(_In):
     newOwnerId: UUID
 
@@ -856,6 +913,19 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     # users
     ("GET", "/v1/users/me"): Operation("The caller", {200: User}),
+    ("POST", "/v1/users/{id}:erase"): Operation(
+        "memproxy: erase a user's data (the user or an administrator), with a receipt",
+        {200: UserErasureReceipt, 202: UserErasureStarted, 409: UserErasureReceipt},
+        body=UserErasure,
+        body_required=False,
+        query=UserErasureQuery,
+        path_params=_UUID,
+    ),
+    ("GET", "/v1/users/{id}/erasures/{jobId}"): Operation(
+        "memproxy: an erasure job of the user (waitForCompletion=false) and its receipt",
+        {200: UserErasureJob},
+        path_params=_UUID,
+    ),
     ("GET", "/v1/users/email/{email}"): Operation("A user by email", {200: User}),
     ("GET", "/v1/users/username/{username}"): Operation("A user by user name", {200: User}),
     ("POST", "/v1/users"): Operation("Create a user (administrators)", {201: User}, body=NewUser),

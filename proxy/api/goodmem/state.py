@@ -18,6 +18,7 @@ from aiohttp import web
 from proxy.app_keys import IDENTITY, JOBS, PRINCIPAL, SERVICES, SETTINGS
 from proxy.core.goodmem.context import DocumentSettings, GoodMem
 from proxy.core.goodmem.documents import register_documents
+from proxy.core.goodmem.erasure import register_user_erasure
 from proxy.core.goodmem.retrieve import Retriever
 from proxy.core.identity import Principal
 from proxy.documents import Limits
@@ -47,6 +48,7 @@ async def goodmem_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     gm = GoodMem.create(app[SERVICES], app[IDENTITY], jobs=app[JOBS].queue, documents=documents)
     register_documents(app[JOBS], gm)  # documents and long texts are processed as durable jobs
+    register_user_erasure(app[JOBS], gm)  # POST /v1/users/{id}:erase?waitForCompletion=false
     app[GOODMEM] = gm
     app[RETRIEVER] = Retriever(gm, max_per_caller=settings.retrieve_max_per_caller)
     yield

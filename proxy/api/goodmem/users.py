@@ -9,7 +9,8 @@ from urllib.parse import unquote
 from aiohttp import web
 from pydantic import BeforeValidator
 
-from proxy.api.goodmem.render import user_json
+from proxy.api.goodmem.coerce import json_bool
+from proxy.api.goodmem.render import JOB_STATUS, user_json
 from proxy.api.goodmem.state import goodmem, principal
 from proxy.api.goodmem.wire import (
     Query,
@@ -24,6 +25,15 @@ from proxy.api.goodmem.wire import (
     wire_field,
 )
 from proxy.core.goodmem import users as core
+from proxy.core.goodmem.erasure import (
+    UserErasure,
+    UserErasureResult,
+    check_may_erase,
+    enqueue_user_erasure,
+    erase_user,
+    find_user_erasure,
+    result_from_json,
+)
 from proxy.core.goodmem.users import NewUser, UserUpdate
 from proxy.errors import BadRequest
 
@@ -150,3 +160,63 @@ async def delete(request: web.Request) -> web.Response:
     who = await principal(request)
     await core.delete_user(goodmem(request), who, request.match_info["id"])
     return web.Response(status=204)
+
+
+class UserErasureBody(WireModel):
+    delete_user: Any = raw_field("deleteUser")
+
+
+def _erasure_json(user_id: str, result: UserErasureResult) -> dict[str, Any]:
+    receipt, check = result.receipt, result.receipt.verification
+    return {
+        "userId": user_id,
+        "spaceIds": sorted(result.space_ids),
+        "erasedAt": receipt.erased_at,
+        "indices": [
+            {"index": index, "deleted": deleted, "ids": ids, "idsComplete": len(ids) == deleted}
+            for index, deleted, ids in receipt.indices()
+        ],
+        "totalDeleted": receipt.total,
+        "userDeleted": result.user_deleted,
+        "verification": {
+            "verified": check.verified,
+            "rounds": check.rounds,
+            "searched": [{"index": i, "found": n} for i, n in sorted(check.found.items())],
+        },
+    }
+
+
+@routes.post("/v1/users/{id}:erase")
+async def erase(request: web.Request) -> web.Response:
+    """memproxy extension: erase a user's data (docs/goodmem-api.md, "Erasing a user's data")."""
+    who = await principal(request)
+    user_id = request.match_info["id"]
+    check_may_erase(who, user_id)
+    body = UserErasureBody.parse(await json_body(request, required=False))
+    req = UserErasure(user_id, delete_user=json_bool(body.delete_user, "deleteUser", False))
+    if not Query(request).flag("waitForCompletion", True):
+        job = await enqueue_user_erasure(goodmem(request), who, req)
+        return reply({"jobId": job.job_id, "status": JOB_STATUS[job.state]}, status=202)
+    result = await erase_user(goodmem(request), who, req)
+    # A verification that still finds data (writes that kept coming) is not reported as a success.
+    return reply(_erasure_json(user_id, result), status=200 if result.receipt.verification.verified else 409)
+
+
+@routes.get("/v1/users/{id}/erasures/{jobId}")
+async def erasure_job(request: web.Request) -> web.Response:
+    """An erasure job of the user (``waitForCompletion=false``) and, once it ended, its receipt."""
+    who = await principal(request)
+    user_id = request.match_info["id"]
+    job = await find_user_erasure(goodmem(request), who, user_id, request.match_info["jobId"])
+    receipt = _erasure_json(user_id, result_from_json(job.result)) if job.result is not None else None
+    return reply(
+        {
+            "jobId": job.job_id,
+            "status": JOB_STATUS.get(job.state, "BACKGROUND_JOB_STATUS_UNSPECIFIED"),
+            "attempts": job.attempts,
+            "createdAt": job.created_at,
+            "finishedAt": job.finished_at,
+            "lastError": job.last_error,
+            "receipt": receipt,
+        }
+    )

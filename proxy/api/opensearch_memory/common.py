@@ -131,11 +131,14 @@ def refuse_other_container(request: web.Request, body: Any) -> None:
         )
 
 
-def json_response(body: Any) -> web.Response:
+def json_response(body: Any, *, status: int = 200) -> web.Response:
     # A lone surrogate in a stored document (written before input was checked, or straight into the node)
     # becomes U+FFFD instead of failing the answer (proxy.api.body.dumps).
     return web.Response(
-        body=body_reader.utf8(body_reader.dumps(body)), content_type="application/json", charset="utf-8"
+        body=body_reader.utf8(body_reader.dumps(body)),
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from proxy.api.openapi import Api, OpenSearchError, Operation
 from proxy.core.search import MAX_K
@@ -213,6 +213,64 @@ class DeleteByQueryResult(_Out):
     created: int
 
 
+class EraseRequest(_In):
+    user_id: str = Field(min_length=1, max_length=512, description="the namespace user_id to erase")
+
+
+class ErasedIndex(_Out):
+    index: str
+    deleted: int
+    ids: list[str] = Field(description="the first 100 ids deleted, where known")
+    ids_complete: bool
+
+
+class SearchedIndex(_Out):
+    index: str
+    found: int
+
+
+class EraseVerification(_Out):
+    verified: bool
+    rounds: int
+    searched: list[SearchedIndex]
+
+
+class EraseReceipt(_Out):
+    """What an erasure deleted per index, and the searches after it (409: they still found documents)."""
+
+    user_id: str
+    memory_container_ids: list[str]
+    erased_at: int
+    indices: list[ErasedIndex]
+    total_deleted: int
+    verification: EraseVerification
+
+
+class EraseQuery(_In):
+    wait_for_completion: bool | None = Field(
+        None, description="false: answer at once with the id of a durable job that erases (default true)"
+    )
+
+
+class ErasureStarted(_Out):
+    job_id: str
+    state: str
+
+
+class EraseAnswer(RootModel[EraseReceipt | ErasureStarted]):
+    """The receipt, or (``wait_for_completion=false``) the erasure job's id."""
+
+
+class ErasureJob(_Out):
+    job_id: str
+    state: Literal["PENDING", "RUNNING", "COMPLETED", "FAILED"]
+    attempts: int
+    created_at: int
+    finished_at: int | None = None
+    last_error: str | None = None
+    receipt: EraseReceipt | None = Field(None, description="once the job has completed")
+
+
 class Search(_In):
     query: str = Field(min_length=1)
     k: int | None = Field(None, ge=1, le=MAX_K)
@@ -276,6 +334,21 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         body=ContainerDelete,
         body_required=False,
         query=ContainerDeleteQuery,
+    ),
+    ("POST", PREFIX + "/_memproxy_erase"): Operation(
+        "memproxy: erase a namespace user_id from every container whose memories the caller may delete",
+        {200: EraseAnswer, 409: EraseReceipt},
+        body=EraseRequest,
+        query=EraseQuery,
+    ),
+    ("GET", PREFIX + "/_memproxy_erase/{job_id}"): Operation(
+        "memproxy: an erasure job (wait_for_completion=false) and its receipt", {200: ErasureJob}
+    ),
+    ("POST", _C + "/_memproxy_erase"): Operation(
+        "memproxy: erase a namespace user_id from this container, with a receipt",
+        {200: EraseAnswer, 409: EraseReceipt},
+        body=EraseRequest,
+        query=EraseQuery,
     ),
     ("POST", _C + "/memories"): Operation(
         "Add a working memory (infer: extract long-term facts)",
