@@ -39,6 +39,7 @@ from proxy.core.metrics import Metrics
 from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
 from proxy.core.models.startup import parse_model_flag
 from proxy.core.recall_canary import RecallCanary
+from proxy.core.retention.job import register_retention
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.embedding.errors import ModelLoadError
@@ -138,6 +139,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         caches=Caches.with_ttl(settings.cache_ttl_s),
         models=registry,
         canary=RecallCanary(settings.recall_canary_rate) if settings.recall_canary_rate > 0 else None,
+        memory_retention=settings.memory_retention,
     )
     yield
     await registry.close()
@@ -169,6 +171,7 @@ async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     # The core's own job kinds; each API slice registers its own in its cleanup_ctx.
     register_infer(app[JOBS], app[SERVICES])
+    register_retention(app[JOBS], app[SERVICES])
     yield
 
 
