@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from proxy.api import admin, console, goodmem, health, openai, openapi, opensearch_memory
+from proxy.api import admin, cluster_settings, console, goodmem, health, openai, openapi, opensearch_memory
 from proxy.api.admin.schema import ADMIN_API
 from proxy.api.errors import error_middleware
 from proxy.api.goodmem.schema import GOODMEM_API
@@ -250,5 +250,8 @@ def make_app(settings: Settings) -> web.Application:
     admin.mount(app)
     console.mount(app)
     app.cleanup_ctx.append(_job_workers_ctx)
+    # memproxy keeps the ml-commons retention settings itself (proxy.api.cluster_settings).
+    app.router.add_route("GET", cluster_settings.PATH, cluster_settings.get_settings)
+    app.router.add_route("PUT", cluster_settings.PATH, cluster_settings.put_settings)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

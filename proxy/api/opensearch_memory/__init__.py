@@ -8,7 +8,8 @@ Authorization is part of the route table: each route that names a container name
 on it (:data:`ACCESS`, GoodMem's space operations with ml-commons' own refusal texts), and :func:`mount`
 wraps every such handler so that the check runs before it, whatever the handler does. Routes without a
 container (``_create``, ``_search``) need only an authenticated caller, which the identity middleware
-established; container ``_search`` is narrowed to what the caller may see by its handler.
+established; container ``_search`` is narrowed to what the caller may see by its handler. The cluster-wide
+retention routes (``_retention/_dry_run``, ``_retention/_execute``) check for an administrator themselves.
 
 The ml-commons model APIs (:mod:`.models`: connectors, model groups, models, tasks, predict) are served here
 too, from memproxy's model registry, whether or not the cluster has ml-commons of its own. Their rule
@@ -25,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from proxy.api.opensearch_memory import containers, memories, models, search
+from proxy.api.opensearch_memory import containers, memories, models, retention, search
 from proxy.api.opensearch_memory.common import Handler, load_container
 from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core.container_record import ContainerNotFound
@@ -42,9 +43,12 @@ _LT = _C + "/memories/long-term"
 ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
     (("POST",), PREFIX + "/_create", containers.create),
     (("GET", "POST"), PREFIX + "/_search", containers.search),
+    (("POST",), PREFIX + "/_retention/_dry_run", retention.dry_run_all),
+    (("POST",), PREFIX + "/_retention/_execute", retention.execute),
     (("GET",), _C, containers.get),
     (("PUT",), _C, containers.update),
     (("DELETE",), _C, containers.delete),
+    (("POST",), _C + "/_retention/_dry_run", retention.dry_run),
     (("POST",), _C + "/memories", memories.add_memory),
     (("POST",), _C + "/memories/sessions", memories.create_session),
     (("GET", "POST"), _LT + "/_semantic_search", search.semantic_search),
@@ -72,6 +76,7 @@ ACCESS: Mapping[tuple[str, str], tuple[str, str]] = {
     ),
     ("PUT", _C): ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container"),
     ("DELETE", _C): ("DELETE_SPACE", "Only container owner can delete container"),
+    ("POST", _C + "/_retention/_dry_run"): _SEARCH,
     ("POST", _C + "/memories"): _ADD,
     ("POST", _C + "/memories/sessions"): _ADD,
     ("GET", _LT + "/_semantic_search"): _SEARCH,

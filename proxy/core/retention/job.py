@@ -25,7 +25,15 @@ from proxy.core.retention.plan import execute_plan, plan_container
 from proxy.core.services import Services
 from proxy.errors import NotFound
 
-__all__ = ["KIND", "SCHEDULE_EVERY_S", "register_retention", "run_all", "schedule", "trigger"]
+__all__ = [
+    "KIND",
+    "SCHEDULE_EVERY_S",
+    "all_containers",
+    "register_retention",
+    "run_all",
+    "schedule",
+    "trigger",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +90,7 @@ async def trigger(svc: Services, queue: JobQueue) -> str:
     return "triggered"
 
 
-async def _containers(svc: Services) -> list[Container]:
+async def all_containers(svc: Services) -> list[Container]:
     found: list[Container] = []
     after: list[Any] | None = None
     while True:
@@ -100,7 +108,7 @@ async def run_all(svc: Services, ctx: JobContext | None = None) -> dict[str, Any
         return {"skipped": "retention_disabled"}
     totals = {"sessions": 0, "long_term": 0, "history": 0, "working_memory": 0}
     evaluated = 0
-    for n, container in enumerate(await _containers(svc)):
+    for n, container in enumerate(await all_containers(svc)):
         if ctx is not None:
             await ctx.set_stage(f"container {n + 1}: {container.id}")
         plan = await plan_container(svc, container, settings)
