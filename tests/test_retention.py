@@ -1,9 +1,9 @@
 """ml-commons 3.8/3.9 memory retention and pinning (docs/opensearch-api.md, "Retention").
 
-Unit tests: the policy's parse and merge, the settings' typed parse, the effective policy. Node tests run a
-memproxy of their own with ``--memory-retention`` (``--auth none``) on two containers that share their indices:
-``A`` with a policy, ``B`` (its neighbour) without; old memories are made by writing ``last_updated_time``
-straight into the index on the node. The dry run's figures are checked against the data, ``_execute`` must
+Unit tests: the policy's parse and merge, the settings' typed parse, the effective policy. Node tests run
+a memproxy of their own with ``--memory-retention`` (``--auth none``) on two containers that share their
+indices: ``A`` with a policy, ``B`` (its neighbour) without; old memories are made by writing
+``last_updated_time`` straight into the index on the node. The dry run's figures are checked against the data, ``_execute`` must
 delete exactly those documents and nothing of ``B``, pinned ones survive, a session's working memory goes with
 it, and an orphaned working memory goes only once its first observation is ``orphan_ttl_days`` old. The
 cluster-settings tests go through the suite's ordinary proxy (retention off), and reset what they set.
@@ -11,25 +11,36 @@ cluster-settings tests go through the suite's ordinary proxy (retention off), an
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import httpx
 import pytest
 from opensearchpy import OpenSearch, TransportError
 
+from proxy.config import Settings
 from proxy.core.clock import now_ms
+from proxy.core.containers import get_container
+from proxy.core.jobs import JobQueue
+from proxy.core.retention.job import run_container, schedule, trigger
+from proxy.core.retention.plan import plan_container
 from proxy.core.retention.policy import effective_policy, merge_policy, parse_policy
 from proxy.core.retention.settings import PREFIX, RetentionSettings, parse_setting
+from proxy.core.services import Services
 from proxy.errors import BadRequest
+from proxy.store.client import Store
+from proxy.store.jobs import JobDocs
 from tests.conftest import ProxyProcess
 from tests.opensearch_memory_helpers import EMBEDDING, MC, call, error_body, new_prefix
 
 pytest_plugins = ["tests.opensearch_memory_fixtures"]
 
 DAY_MS = 86_400_000
+T = TypeVar("T")
 ENABLED = PREFIX + "retention_enabled"
 INTERVAL = PREFIX + "retention_job_interval_hours"
 
@@ -360,7 +371,7 @@ def test_dry_run_then_execute_deletes_exactly_that_and_nothing_of_the_neighbour(
     assert sessions_left == ["s-gone", "s-new", "s-pin"]  # the pinned session protects its working memory
     assert {t: _ids(node, data.prefix, t, data.b) for t in before} == neighbour_before
 
-    # The orphan's first observation is recorded by the run; only once it is orphan_ttl_days (7) old is it due.
+    # The run records the orphan's first observation; it is due once that is orphan_ttl_days (7) old.
     baseline_id = f"retention-orphans-{data.a}"
     baseline = node.get(index="memproxy-settings", id=baseline_id)["_source"]["first_seen"]
     assert set(baseline) == {"s-gone"} and abs(baseline["s-gone"] - now_ms()) < 600_000
@@ -465,3 +476,105 @@ def test_retention_enabled_through_cluster_settings_lets_a_policy_in(client: Ope
             call(client, "DELETE", f"{MC}/{cid}", params={"delete_all_memories": "true"})
     assert _settings(client, flat_settings="true")["persistent"].get(ENABLED) is None
     assert call(client, "POST", f"{MC}/_retention/_execute") == {"status": "retention_disabled"}
+
+
+# --- in process, on the node: one container's run with settings of the test's own ---------------------------
+
+
+async def _in_process(opensearch_url: str, work: Callable[[Services], Awaitable[T]]) -> T:
+    store = Store(Settings(opensearch_url=opensearch_url))
+    try:
+        return await work(Services(store=store, embedders=cast(Any, None), memory_retention=True))
+    finally:
+        await store.close()
+
+
+def test_cluster_defaults_apply_once_and_ttl_spares_a_pinned_sessions_working_memory(
+    api: httpx.Client, node: OpenSearch, opensearch_url: str
+) -> None:
+    """The cluster defaults and the working-memory TTL are passed to the run here, not stored: a stored
+    default would apply to every container of the shared node."""
+    prefix = new_prefix("retdefaults")
+    body = {"name": "d", "configuration": {"index_prefix": prefix, "use_system_index": False}}
+    cid = _ok(api.post(f"{MC}/_create", json=body))["memory_container_id"]
+    try:
+        for session in ("s1", "s2", "s3"):
+            _ok(api.post(f"{MC}/{cid}/memories/sessions", json={"session_id": session}))
+        for session, text in (("s1", "old"), ("s2", "old"), ("s3", "old"), ("s3", "fresh")):
+            _add_working(api, cid, session, text)
+        _ok(_pin(api, cid, "sessions", "s2", True))
+        # s1 is the least recently updated session; every "old" working memory is 10 days old.
+        assert _backdate(node, _index(prefix, "sessions"), {"ids": {"values": [f"{cid}:s1"]}}, 3) == 1
+        for session in ("s1", "s2", "s3"):
+            query = {
+                "bool": {
+                    "filter": [{"term": {"memory_container_id": cid}}, {"term": {"session_id": session}}]
+                }
+            }
+            found = node.search(index=_index(prefix, "working"), body={"query": query, "size": 10})
+            for hit in found["hits"]["hits"]:
+                if hit["_source"]["messages"][0]["content"][0]["text"] == "old":
+                    assert (
+                        _backdate(node, _index(prefix, "working"), {"ids": {"values": [hit["_id"]]}}, 10) == 1
+                    )
+        settings = RetentionSettings(enabled=True, default_session_max_count=2, working_memory_ttl_days=5)
+
+        async def first(svc: Services) -> tuple[dict[str, Any], dict[str, int] | None]:
+            container = await get_container(svc, cid)
+            plan = (await plan_container(svc, container, settings)).view()
+            return plan, await run_container(svc, container, settings)
+
+        plan, deleted = asyncio.run(_in_process(opensearch_url, first))
+        assert plan["policy_source"] == "cluster_default"
+        assert plan["effective_policy"] == {"sessions": {"max_count": 2}}
+        assert plan["would_delete"]["sessions"]["by_reason"]["max_count"] == 1
+        working = plan["would_delete"]["working_memory"]["by_reason"]
+        assert (working["cascade"], working["ttl"]) == (1, 1)  # s1's, and s3's old one
+        assert plan["pinned_would_skip"] == 1  # s2's old working memory, protected by its pinned session
+        assert deleted == {"sessions": 1, "working_memory": 2, "long_term": 0, "history": 0}
+        left = _ok(
+            api.post(f"{MC}/{cid}/memories/working/_search", json={"query": {"match_all": {}}, "size": 10})
+        )
+        texts = sorted(
+            (h["_source"]["namespace"]["session_id"], h["_source"]["messages"][0]["content"][0]["text"])
+            for h in left["hits"]["hits"]
+        )
+        assert texts == [("s2", "old"), ("s3", "fresh")]
+        # Applied once: the defaults are now the container's own policy, and a later default does not apply.
+        assert _ok(api.get(f"{MC}/{cid}"))["configuration"]["retention_policy"] == {
+            "sessions": {"max_count": 2}
+        }
+        later = RetentionSettings(enabled=True, default_session_max_count=1)
+
+        async def second(svc: Services) -> dict[str, Any]:
+            return (await plan_container(svc, await get_container(svc, cid), later)).view()
+
+        again = asyncio.run(_in_process(opensearch_url, second))
+        assert again["policy_source"] == "container" and again["effective_policy"] == {
+            "sessions": {"max_count": 2}
+        }
+        assert again["would_delete"]["sessions"]["total"] == 0
+        _ok(api.put(f"{MC}/{cid}", json={"configuration": {"retention_policy": None}}))
+        opted = asyncio.run(_in_process(opensearch_url, second))
+        assert opted["policy_source"] == "opted_out" and opted["would_delete"]["sessions"]["total"] == 0
+    finally:
+        api.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
+
+
+def test_every_process_scheduling_one_slot_makes_one_job(opensearch_url: str) -> None:
+    index = f"memproxy-jobs-rt-{uuid.uuid4().hex[:8]}"
+
+    async def work(svc: Services) -> tuple[list[str | None], int, str]:
+        queues = [JobQueue(JobDocs(svc.store, index=index)) for _ in range(3)]
+        ids = [await schedule(svc, q) for q in queues]
+        await svc.store.request("POST", f"/{index}/_refresh")
+        found = await svc.store.request("POST", f"/{index}/_count", body={"query": {"match_all": {}}})
+        return ids, int(found["count"]), await trigger(svc, queues[0])
+
+    try:
+        ids, count, status = asyncio.run(_in_process(opensearch_url, work))
+    finally:
+        httpx.delete(f"{opensearch_url}/{index}")
+    assert len(set(ids)) == 1 and str(ids[0]).startswith("retention-24h-")
+    assert count == 1
+    assert status == "already_running"  # the slot's run is pending

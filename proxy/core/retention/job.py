@@ -22,6 +22,7 @@ from proxy.core.container_record import Container
 from proxy.core.containers import list_containers, update_container
 from proxy.core.jobs import PENDING, RUNNING, JobContext, JobQueue, JobRunner
 from proxy.core.retention.plan import execute_plan, plan_container
+from proxy.core.retention.settings import RetentionSettings
 from proxy.core.services import Services
 from proxy.errors import NotFound
 
@@ -31,6 +32,7 @@ __all__ = [
     "all_containers",
     "register_retention",
     "run_all",
+    "run_container",
     "schedule",
     "trigger",
 ]
@@ -101,6 +103,22 @@ async def all_containers(svc: Services) -> list[Container]:
         after = page.next_search_after
 
 
+async def run_container(
+    svc: Services, container: Container, settings: RetentionSettings
+) -> dict[str, int] | None:
+    """Plan and delete in one container; what it deleted by type (None: the container is gone)."""
+    plan = await plan_container(svc, container, settings)
+    if plan.policy_source == "cluster_default":
+        # A default applies to a container once: from now on it is the container's own policy.
+        try:
+            await update_container(
+                svc, container.id, configuration={"retention_policy": plan.effective_policy}
+            )
+        except NotFound:
+            return None
+    return await execute_plan(svc, container, plan)
+
+
 async def run_all(svc: Services, ctx: JobContext | None = None) -> dict[str, Any]:
     """One run over every container; what it deleted."""
     settings = await svc.retention.current()
@@ -111,16 +129,9 @@ async def run_all(svc: Services, ctx: JobContext | None = None) -> dict[str, Any
     for n, container in enumerate(await all_containers(svc)):
         if ctx is not None:
             await ctx.set_stage(f"container {n + 1}: {container.id}")
-        plan = await plan_container(svc, container, settings)
-        if plan.policy_source == "cluster_default":
-            # A default applies to a container once: from now on it is the container's own policy.
-            try:
-                await update_container(
-                    svc, container.id, configuration={"retention_policy": plan.effective_policy}
-                )
-            except NotFound:
-                continue
-        deleted = await execute_plan(svc, container, plan)
+        deleted = await run_container(svc, container, settings)
+        if deleted is None:
+            continue
         evaluated += 1
         for key, value in deleted.items():
             totals[key] += value
