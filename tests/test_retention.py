@@ -3,10 +3,12 @@
 Unit tests: the policy's parse and merge, the settings' typed parse, the effective policy. Node tests run
 a memproxy of their own with ``--memory-retention`` (``--auth none``) on two containers that share their
 indices: ``A`` with a policy, ``B`` (its neighbour) without; old memories are made by writing
-``last_updated_time`` straight into the index on the node. The dry run's figures are checked against the data, ``_execute`` must
-delete exactly those documents and nothing of ``B``, pinned ones survive, a session's working memory goes with
-it, and an orphaned working memory goes only once its first observation is ``orphan_ttl_days`` old. The
-cluster-settings tests go through the suite's ordinary proxy (retention off), and reset what they set.
+``last_updated_time`` straight into the index on the node. The dry run's figures are checked against the
+data, ``_execute`` must delete exactly those documents and nothing of ``B``, pinned ones survive, a
+session's working memory goes with it, and an orphaned working memory goes only once its first observation
+is ``orphan_ttl_days`` old. Cluster defaults and the working-memory TTL are given to one container's run in
+process (stored, they would apply to every container of the shared node). The cluster-settings tests go
+through the suite's ordinary proxy (retention off), and reset what they set.
 """
 
 from __future__ import annotations
