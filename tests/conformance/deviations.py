@@ -571,10 +571,10 @@ RETENTION_SETTINGS = Deviation(
     "retention-settings",
     "`PUT /_cluster/settings` takes the memory retention settings "
     "(`plugins.ml_commons.memory.retention_enabled`, `retention_job_interval_hours`, "
-    "`retention_job_throttle_seconds`, `orphan_ttl_days`, `working_memory_ttl_days`, `default_session_retention_days`, `default_session_max_count`, "
-    "`default_long_term_max_count`, `default_history_max_count`), which memproxy keeps, and `GET` shows "
-    "them, as ml-commons 3.8 does; ml-commons 3.6 has none of them: 400 `settings_exception` "
-    '("not recognized").',
+    "`retention_job_throttle_seconds`, `orphan_ttl_days`, `working_memory_ttl_days`, "
+    "`default_session_retention_days`, `default_session_max_count`, `default_long_term_max_count`, "
+    "`default_history_max_count`), which memproxy keeps, and `GET` shows them, as ml-commons 3.8 does; "
+    'ml-commons 3.6 has none of them: 400 `settings_exception` ("not recognized").',
     _retention_settings,
 )
 
