@@ -21,9 +21,9 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.api.opensearch_memory.common import json_response, services
+from proxy.api import body as body_reader
 from proxy.api.passthrough import caller_headers, check_caller
-from proxy.app_keys import PRINCIPAL, STORE
+from proxy.app_keys import PRINCIPAL, SERVICES, STORE
 from proxy.core.retention.settings import SETTING_KEYS, parse_setting
 from proxy.errors import Forbidden
 from proxy.store.forward import forward
@@ -32,6 +32,10 @@ __all__ = ["PATH", "get_settings", "put_settings"]
 
 PATH = "/_cluster/settings"
 _SECTIONS = ("persistent", "transient")
+
+
+def _json(answer: Any) -> web.Response:
+    return web.Response(body=body_reader.utf8(body_reader.dumps(answer)), content_type="application/json")
 
 
 def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -100,7 +104,7 @@ async def get_settings(request: web.Request) -> web.StreamResponse:
         answer = json.loads(data)
     except ValueError:
         return _relay(status, data, headers)
-    config = services(request).retention
+    config = request.app[SERVICES].retention
     stored = await config.stored()
     flat = _is_flat(request)
     for section in _SECTIONS:
@@ -108,7 +112,7 @@ async def get_settings(request: web.Request) -> web.StreamResponse:
     if request.query.get("include_defaults", "false").lower() in ("", "true"):
         unset = {k: v for k, v in config.defaults().items() if not any(k in stored[s] for s in _SECTIONS)}
         answer["defaults"] = _merged(answer.get("defaults"), unset, flat)
-    return json_response(answer)
+    return _json(answer)
 
 
 async def put_settings(request: web.Request) -> web.StreamResponse:
@@ -147,9 +151,9 @@ async def put_settings(request: web.Request) -> web.StreamResponse:
         if status != 200:
             return _relay(status, data, headers)
         answer = json.loads(data)
-    await services(request).retention.apply(ours)
+    await request.app[SERVICES].retention.apply(ours)
     flat_keys = _is_flat(request)
     for section in _SECTIONS:
         set_now = {k: v for k, v in ours.get(section, {}).items() if v is not None}
         answer[section] = _merged(answer.get(section), set_now, flat_keys)
-    return json_response(answer)
+    return _json(answer)
