@@ -112,8 +112,14 @@ def test_settings_parse_like_the_nodes_typed_settings() -> None:
 # --- on the node ------------------------------------------------------------------------------------------
 
 
+def _slot_job() -> str:
+    return f"retention-24h-{now_ms() // (24 * 3_600_000)}"
+
+
 @pytest.fixture(scope="module")
 def retention_proxy(opensearch_url: str) -> Iterator[ProxyProcess]:
+    # The process schedules this slot's run when it starts: an earlier run's job of the slot must not count.
+    httpx.delete(f"{opensearch_url}/memproxy-jobs/_doc/{_slot_job()}", params={"refresh": "true"})
     p = ProxyProcess(
         opensearch_url, extra_args=["--auth", "none", "--memory-retention", "--jobs-poll-s", "0.2"]
     )
@@ -281,6 +287,26 @@ def test_pinning_does_not_move_the_time_and_working_memory_refuses_it(
     assert "pinned field is not supported for working memory type" in refused.text
     # The neighbour's same-named session is its own: not pinned.
     assert "pinned" not in _ok(api.get(f"{MC}/{data.b}/memories/sessions/s-pin"))
+    # A long-term memory may be written pinned (memproxy's write route), with retention on.
+    written = _ok(
+        api.post(f"{MC}/{data.b}/memories/long-term/_memproxy_add", json={"memory": "kept", "pinned": True})
+    )
+    stored = _ok(api.get(f"{MC}/{data.b}/memories/long-term/{written['long_term_memory_id']}"))
+    assert stored["pinned"] is True
+    api.delete(f"{MC}/{data.b}/memories/long-term/{written['long_term_memory_id']}")
+
+
+def test_a_process_with_retention_on_schedules_the_current_slots_run(
+    api: httpx.Client, node: OpenSearch
+) -> None:
+    """The runner's scheduler (JobRunner.every) enqueued this interval slot's run when the process started
+    (the fixture deleted any earlier one)."""
+    slot = _slot_job()
+    deadline = time.monotonic() + 30
+    while not node.exists(index="memproxy-jobs", id=slot):
+        assert time.monotonic() < deadline, f"no job {slot}"
+        time.sleep(0.2)
+    assert node.get(index="memproxy-jobs", id=slot)["_source"]["kind"] == "retention"
 
 
 def _wait_for_run(api: httpx.Client, node: OpenSearch) -> dict[str, Any]:
@@ -398,8 +424,14 @@ def test_dry_run_then_execute_deletes_exactly_that_and_nothing_of_the_neighbour(
 # --- retention off: the suite's ordinary proxy -----------------------------------------------------------
 
 
-def test_disabled_retention_refuses_policy_and_pin_and_execute(client: OpenSearch) -> None:
+def test_disabled_retention_refuses_policy_and_pin_and_execute(client: OpenSearch, plain: str) -> None:
     assert call(client, "POST", f"{MC}/_retention/_execute") == {"status": "retention_disabled"}
+    with pytest.raises(TransportError) as refused:
+        session = call(client, "POST", f"{MC}/{plain}/memories/sessions", {"summary": "x"})["session_id"]
+        call(client, "PUT", f"{MC}/{plain}/memories/sessions/{session}", {"pinned": True})
+    assert refused.value.status_code == 403
+    dry = call(client, "POST", f"{MC}/{plain}/_retention/_dry_run")
+    assert dry["policy_source"] == "none" and "memory retention is not enabled" in dry["warnings"][0]
     with pytest.raises(TransportError) as err:
         body = {"name": "x", "configuration": {"retention_policy": {"sessions": {"max_count": 3}}}}
         call(client, "POST", f"{MC}/_create", body)
