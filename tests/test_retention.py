@@ -24,7 +24,7 @@ import httpx
 import pytest
 from opensearchpy import OpenSearch, TransportError
 
-from proxy.config import Settings
+from proxy.config import Settings, parse_settings
 from proxy.core.clock import now_ms
 from proxy.core.containers import get_container
 from proxy.core.jobs import JobQueue
@@ -107,6 +107,13 @@ def test_settings_parse_like_the_nodes_typed_settings() -> None:
         with pytest.raises(BadRequest) as err:
             parse_setting(key, value)
         assert text in err.value.message and err.value.os_type == "illegal_argument_exception"
+
+
+def test_the_memory_retention_flag_and_its_environment_variable() -> None:
+    assert parse_settings([], {}).memory_retention is False
+    assert parse_settings(["--memory-retention"], {}).memory_retention is True
+    assert parse_settings(["--memory-retention", "false"], {}).memory_retention is False
+    assert parse_settings([], {"MEMPROXY_MEMORY_RETENTION": "true"}).memory_retention is True
 
 
 # --- on the node ------------------------------------------------------------------------------------------
@@ -491,6 +498,11 @@ def test_cluster_settings_through_memproxy(client: OpenSearch) -> None:
         assert f"for setting [{INTERVAL}] must be >= 1" in info["error"]["reason"]
         # Nothing of a refused body is applied, the node's part included.
         assert _settings(client, flat_settings="true")["persistent"]["search.default_keep_alive"] == "6m"
+        # Nor memproxy's part when the node refuses its own.
+        with pytest.raises(TransportError) as err:
+            call(client, "PUT", "/_cluster/settings", {"persistent": {INTERVAL: 12, "no.such.setting": 1}})
+        assert err.value.status_code == 400 and error_body(err.value)["error"]["type"] == "settings_exception"
+        assert INTERVAL not in _settings(client, flat_settings="true")["persistent"]
     finally:
         reset = {
             "persistent": {PREFIX + "default_history_max_count": None, "search.default_keep_alive": None},
