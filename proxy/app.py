@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from proxy.api import admin, console, goodmem, health, openai, openapi, opensearch_memory
+from proxy.api import admin, cluster_settings, console, goodmem, health, openai, openapi, opensearch_memory
 from proxy.api.admin.schema import ADMIN_API
 from proxy.api.errors import error_middleware
 from proxy.api.goodmem.schema import GOODMEM_API
@@ -40,6 +40,7 @@ from proxy.core.metrics import Metrics
 from proxy.core.models import KIND, CallLimits, ModelRegistry, StartupModel
 from proxy.core.models.startup import parse_model_flag
 from proxy.core.recall_canary import RecallCanary
+from proxy.core.retention.job import register_retention
 from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.embedding.errors import ModelLoadError
@@ -139,6 +140,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         caches=Caches.with_ttl(settings.cache_ttl_s),
         models=registry,
         canary=RecallCanary(settings.recall_canary_rate) if settings.recall_canary_rate > 0 else None,
+        memory_retention=settings.memory_retention,
     )
     yield
     await registry.close()
@@ -171,6 +173,7 @@ async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
     # The core's own job kinds; each API slice registers its own in its cleanup_ctx.
     register_infer(app[JOBS], app[SERVICES])
     register_erasure(app[JOBS], app[SERVICES])
+    register_retention(app[JOBS], app[SERVICES])
     yield
 
 
@@ -249,5 +252,8 @@ def make_app(settings: Settings) -> web.Application:
     admin.mount(app)
     console.mount(app)
     app.cleanup_ctx.append(_job_workers_ctx)
+    # memproxy keeps the ml-commons retention settings itself (proxy.api.cluster_settings).
+    app.router.add_route("GET", cluster_settings.PATH, cluster_settings.get_settings)
+    app.router.add_route("PUT", cluster_settings.PATH, cluster_settings.put_settings)
     app.router.add_route("*", "/{tail:.*}", passthrough)
     return app

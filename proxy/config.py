@@ -92,6 +92,9 @@ class Settings:
     document_text_timeout_s: float = 120.0
     # User-supplied Query DSL may not carry scripts unless the operator allows them.
     allow_scripts: bool = False
+    # ml-commons memory retention (docs/opensearch-api.md "Retention"): on by default with this flag;
+    # plugins.ml_commons.memory.retention_enabled set through PUT /_cluster/settings still wins.
+    memory_retention: bool = False
     # Every search memproxy sends carries this timeout, and the node cancels it after that long.
     search_timeout_s: float = 30.0
     # A vector search whose filter matches at most this many memories scores them all exactly instead of
@@ -423,6 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="let user-supplied Query DSL carry scripts (env MEMPROXY_ALLOW_SCRIPTS, default false)",
     )
     parser.add_argument(
+        "--memory-retention",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        help="turn ml-commons memory retention on unless plugins.ml_commons.memory.retention_enabled says "
+        "otherwise (env MEMPROXY_MEMORY_RETENTION, default false)",
+    )
+    parser.add_argument(
         "--metrics-public",
         type=_bool,
         nargs="?",
@@ -457,6 +469,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         values["allow_scripts"] = args.allow_scripts
     elif env.get("MEMPROXY_ALLOW_SCRIPTS"):
         values["allow_scripts"] = _bool(env["MEMPROXY_ALLOW_SCRIPTS"])
+    if args.memory_retention is not None:
+        values["memory_retention"] = args.memory_retention
+    elif env.get("MEMPROXY_MEMORY_RETENTION"):
+        values["memory_retention"] = _bool(env["MEMPROXY_MEMORY_RETENTION"])
     if args.metrics_public is not None:
         values["metrics_public"] = args.metrics_public
     elif env.get("MEMPROXY_METRICS_PUBLIC"):

@@ -392,7 +392,9 @@ def test_request_id_reaches_the_node_as_x_opaque_id(
     assert relay.requests_with_opaque_id(goodmem), "the GoodMem request's node calls carry its id"
     assert any("_search" in s.target for s in relay.requests_with_opaque_id(ml))
     # A metadata view is forwarded onto the public indices, after memproxy resolved them: both carry the id.
-    view = "/_cat/indices/" + ",".join(("*", "-memproxy-goodmem-*", "-memproxy-jobs*", "-memproxy-models*"))
+    view = "/_cat/indices/" + ",".join(
+        ("*", "-memproxy-goodmem-*", "-memproxy-jobs*", "-memproxy-models*", "-memproxy-settings*")
+    )
     view += ",-.plugins-ml-am-memory-container"
     targets = [s.target for s in relay.requests_with_opaque_id(forwarded)]
     assert targets[-1] == view and all(t.startswith("/_resolve/index/") for t in targets[:-1]), targets

@@ -156,6 +156,9 @@ def route_paths(resource: web.AbstractResource) -> list[str]:
 
 # The inspection console's pages are HTML for people, not an API.
 _NOT_API = ("/_memproxy/console",)
+# The node's own API, which memproxy forwards and only amends (proxy.api.cluster_settings keeps the ml-commons
+# retention settings): like the pass-through catch-all, not an operation of memproxy's documents.
+_NODE_API = ("/_cluster/settings",)
 
 
 def served_routes(app: web.Application) -> Iterator[Key]:
@@ -164,7 +167,7 @@ def served_routes(app: web.Application) -> Iterator[Key]:
         method, resource = route.method.upper(), route.resource
         if method in ("*", "HEAD") or resource is None or "{tail}" in resource.canonical:
             continue
-        if resource.canonical.startswith(_NOT_API):
+        if resource.canonical.startswith(_NOT_API) or resource.canonical in _NODE_API:
             continue
         for path in route_paths(resource):
             yield method, path

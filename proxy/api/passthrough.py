@@ -46,7 +46,7 @@ from proxy.store.containers import CONTAINER_INDEX
 from proxy.store.forward import UpstreamResponse, forward, resolve_indices
 from proxy.store.goodmem import PRIVATE_INDEX_PATTERNS
 
-__all__ = ["PRIVATE_INDICES", "PUBLIC", "passthrough"]
+__all__ = ["PRIVATE_INDICES", "PUBLIC", "caller_headers", "check_caller", "passthrough"]
 
 # memproxy's own indices: never reachable through pass-through, by anyone.
 PRIVATE_INDICES = (*PRIVATE_INDEX_PATTERNS, CONTAINER_INDEX)
@@ -132,7 +132,7 @@ def _check_new_names(names: Iterable[str], what: str) -> None:
             )
 
 
-def _caller_headers(request: web.Request) -> dict[str, str] | None:
+def caller_headers(request: web.Request) -> dict[str, str] | None:
     """The headers to forward without the caller's memproxy credential (None: forward them as they are)."""
     who = request.get(PRINCIPAL)
     if who is None or who.from_cluster:
@@ -177,7 +177,8 @@ async def _checked_path(request: web.Request, found: Match) -> tuple[list[str], 
     return forwarded, default
 
 
-async def passthrough(request: web.Request) -> web.StreamResponse:
+def check_caller(request: web.Request) -> None:
+    """Who may pass through at all: anyone under ``--auth none``, a cluster user, a GoodMem administrator."""
     who = request.get(PRINCIPAL)
     if who is not None and not who.from_cluster and not who.is_admin:
         raise Forbidden(
@@ -185,6 +186,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             "credentials",
             os_type="security_exception",
         )
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    check_caller(request)
     raw_path, _, query = request.raw_path.partition("?")
     found = match(request.method, canonical_segments(raw_path))
     if found is None:
@@ -203,7 +208,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             "indices; ask for `level=node`, or for `/{index}/_stats` of the indices you name"
         )
 
-    headers = _caller_headers(request)
+    headers = caller_headers(request)
     body: AsyncIterator[bytes] | bytes | None
     if found.endpoint.body is not None:
         body = await _inspected_body(request, found.endpoint.body, default)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.core.retention.policy import merge_policy
 from proxy.errors import BadRequest, Forbidden, NotFound
 
 __all__ = [
@@ -45,6 +46,7 @@ CONFIG_KEY_ORDER = (
     "disable_session",
     "use_system_index",
     "tenant_id",
+    "retention_policy",
 )
 
 STRATEGY_TYPES = ("SEMANTIC", "USER_PREFERENCE", "SUMMARY")
@@ -58,9 +60,19 @@ _BACKEND_ROLE_CHARS = re.compile(r"^[\w:+=,.@\-/]+$", re.UNICODE)
 
 
 def reject_retention_policy(cfg: Mapping[str, Any]) -> None:
-    """Retention is off (ml-commons' default); a non-empty policy is refused as 3.8 refuses it."""
+    """Retention is off (ml-commons' default): a non-empty policy is refused as 3.8 refuses it."""
     if cfg.get("retention_policy"):
         raise Forbidden(_RETENTION_DISABLED)
+
+
+def _policy(current: Mapping[str, Any] | None, parsed: Mapping[str, Any], retention_enabled: bool) -> Any:
+    """The stored policy after create (``current`` None) or update; refused while retention is off."""
+    if not retention_enabled:
+        reject_retention_policy(parsed)
+        return (current or {}).get("retention_policy")
+    if "retention_policy" not in parsed:
+        return (current or {}).get("retention_policy")
+    return merge_policy((current or {}).get("retention_policy"), parsed["retention_policy"]) or None
 
 
 def has_embedding(cfg: Mapping[str, Any]) -> bool:
@@ -150,10 +162,11 @@ def validate_index_prefix(prefix: str) -> None:
         raise bad("must be lowercase")
 
 
-def complete_for_create(parsed: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults and cross-field rules of create, in ml-commons' order; the stored key order."""
+def complete_for_create(parsed: Mapping[str, Any], *, retention_enabled: bool = False) -> dict[str, Any]:
+    """Defaults and cross-field rules of create, in ml-commons' order; the stored key order. A
+    ``retention_policy`` (parsed by :func:`proxy.core.retention.policy.parse_policy`) needs retention on."""
     cfg = dict(parsed)
-    reject_retention_policy(cfg)
+    policy = _policy(None, cfg, retention_enabled)
     _check_strategies_need_models(cfg)
     _check_strategy_namespaces(cfg)
     use_system_index = cfg.get("use_system_index", True)
@@ -175,12 +188,13 @@ def complete_for_create(parsed: Mapping[str, Any]) -> dict[str, Any]:
         "disable_session": cfg.get("disable_session", False),
         "use_system_index": use_system_index,
         "tenant_id": cfg.get("tenant_id"),
+        "retention_policy": policy,
     }
     return _ordered(out)
 
 
 def _ordered(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: cfg[k] for k in CONFIG_KEY_ORDER if cfg.get(k) is not None and cfg.get(k) != []}
+    out = {k: cfg[k] for k in CONFIG_KEY_ORDER if cfg.get(k) is not None and cfg.get(k) not in ([], {})}
     for key in ("disable_history", "disable_session", "use_system_index"):
         out[key] = bool(cfg.get(key, False))
     return {k: out[k] for k in CONFIG_KEY_ORDER if k in out}
@@ -226,10 +240,13 @@ def _merge_strategies(current: list[dict[str, Any]], updates: list[dict[str, Any
     return [_finish_strategy(s) for s in merged]
 
 
-def merge_update(current: Mapping[str, Any], parsed: Mapping[str, Any]) -> dict[str, Any]:
-    """The configuration after ``PUT /memory_containers/{id}``; fixed-after-create keys are ignored."""
-    reject_retention_policy(parsed)
+def merge_update(
+    current: Mapping[str, Any], parsed: Mapping[str, Any], *, retention_enabled: bool = False
+) -> dict[str, Any]:
+    """The configuration after ``PUT /memory_containers/{id}``; fixed-after-create keys are ignored. A
+    ``retention_policy`` merges type by type and field by field (``null`` removes it)."""
     cfg = dict(current)
+    cfg["retention_policy"] = _policy(current, parsed, retention_enabled)
     if has_embedding(current) and any(
         key in parsed and parsed[key] != current.get(key)
         for key in ("embedding_model_type", "embedding_model_id", "embedding_dimension")

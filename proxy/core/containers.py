@@ -19,6 +19,7 @@ from proxy.core.configuration import complete_for_create, merge_update, validate
 from proxy.core.container_indices import create_memory_indices, prepare_long_term
 from proxy.core.container_record import MEMORY_TYPES, Container, ContainerNotFound, parse_memory_type
 from proxy.core.index_families import FamilyClaim, check_family_names, claim_family, split_shared
+from proxy.core.retention.policy import OPT_OUT_KEY
 from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Conflict, MemproxyError
@@ -88,7 +89,8 @@ async def create_container(
     """
     if container_id is not None:
         _check_custom_id(container_id)
-    cfg = complete_for_create(configuration or {})
+    retention_on = "retention_policy" in (configuration or {}) and (await svc.retention.current()).enabled
+    cfg = complete_for_create(configuration or {}, retention_enabled=retention_on)
     await check_llm_id(svc, cfg.get("llm_id"))
     roles = validate_backend_roles(backend_roles) if backend_roles is not None else []
     now = now_ms()
@@ -175,6 +177,7 @@ async def update_container(
     new record and the node's index result. Read-modify-write under ``if_seq_no``, retried when another
     writer got there first."""
     roles = validate_backend_roles(backend_roles) if backend_roles is not None else None
+    retention_on = "retention_policy" in (configuration or {}) and (await svc.retention.current()).enabled
     for attempt in range(_UPDATE_ATTEMPTS):
         current = await get_container(svc, container_id)
         new_llm = (configuration or {}).get("llm_id")
@@ -186,10 +189,11 @@ async def update_container(
             description=description if description is not None else current.description,
             backend_roles=roles if roles is not None else current.backend_roles,
             configuration=(
-                merge_update(current.configuration, configuration)
+                merge_update(current.configuration, configuration, retention_enabled=retention_on)
                 if configuration is not None
                 else current.configuration
             ),
+            extra=_retention_opt_out(current.extra, configuration, retention_on),
             goodmem=dict(goodmem) if goodmem is not None else current.goodmem,
             last_updated_time=now_ms(),
         )
@@ -216,6 +220,20 @@ async def update_container(
             updated, seq_no=result.get("_seq_no"), primary_term=result.get("_primary_term")
         ), result
     raise MemproxyError("Internal server error")  # pragma: no cover - the loop returns or raises
+
+
+def _retention_opt_out(
+    extra: Mapping[str, Any], configuration: Mapping[str, Any] | None, retention_on: bool
+) -> dict[str, Any]:
+    """``"retention_policy": null`` opts the container out of the cluster defaults too; a policy set later
+    opts it back in. Kept beside the configuration (GET does not show it)."""
+    out = dict(extra)
+    if retention_on and configuration is not None and "retention_policy" in configuration:
+        if configuration["retention_policy"] is None:
+            out[OPT_OUT_KEY] = True
+        else:
+            out.pop(OPT_OUT_KEY, None)
+    return out
 
 
 # --- delete ----------------------------------------------------------------------------------------

@@ -599,6 +599,8 @@ class JobRunner:
         self.backoff_max_s = backoff_max_s
         self.worker_id = worker_id or default_worker_id()
         self._kinds: dict[str, _Kind] = {}
+        # Scheduled enqueues (name → [call, every_s, next time.monotonic()]): see :meth:`every`.
+        self._periodic: dict[str, list[Any]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
@@ -611,6 +613,13 @@ class JobRunner:
         """Run jobs of ``kind`` with ``handler`` (at any time: a runner only claims kinds it can run, so a
         process without the handler, an older version say, leaves them to others)."""
         self._kinds[kind] = _Kind(handler, on_failed)
+        self._wake.set()
+
+    def every(self, name: str, every_s: float, call: Callable[[], Awaitable[None]]) -> None:
+        """Call ``call`` from this runner's poll loop at most once per ``every_s`` (the first poll calls it).
+        For schedulers that enqueue periodic jobs: the call should only enqueue (under a fixed job id, so that
+        every process scheduling the same slot makes one job), the work runs as a job."""
+        self._periodic[name] = [call, every_s, 0.0]
         self._wake.set()
 
     @property
@@ -673,6 +682,7 @@ class JobRunner:
         while not self._stopping:
             self._wake.clear()
             await self._purge()
+            await self._scheduled()
             free = self.workers - len(self._running)
             if free > 0 and self._kinds and not self._draining:
                 try:
@@ -697,6 +707,21 @@ class JobRunner:
             return
         if deleted:
             log.info("jobs: deleted %d jobs that ended over %.0f s ago", deleted, self.retention_s)
+
+    async def _scheduled(self) -> None:
+        if self._draining:
+            return
+        for name, entry in self._periodic.items():
+            call, every_s, due = entry
+            if time.monotonic() < due:
+                continue
+            entry[2] = time.monotonic() + every_s
+            try:
+                await call()
+            except MemproxyError as exc:  # the node is away: the next turn catches up
+                log.warning("jobs: scheduling %s failed: %s", name, exc.message)
+            except Exception:
+                log.exception("jobs: scheduling %s failed", name)
 
     async def _claim(self, free: int) -> None:
         """Fill ``free`` slots in two rounds. First a slot for each owner with a job waiting, whose turn it

@@ -1,8 +1,9 @@
 """Working memory, sessions and history, and the by-type operations (get / update / delete / search /
 delete-by-query) ml-commons offers on every memory type, long-term included.
 
-Behaviour follows ml-commons 3.8 with retention off: sessions on by default, a client-chosen session id
-is upserted, ``last_updated_time`` moves only when content changes, ``pinned`` is refused.
+Behaviour follows ml-commons 3.8: sessions on by default, a client-chosen session id is upserted,
+``last_updated_time`` moves only when content changes (not when a memory is pinned), ``pinned`` needs
+retention enabled (proxy.core.retention) and is refused on working memory.
 """
 
 from __future__ import annotations
@@ -289,10 +290,10 @@ async def get_memory(svc: Services, container: Container, memory_type: str, memo
 @dataclass(frozen=True)
 class MemoryUpdate:
     """An update request: the fields it sets, values as sent (a field sent as ``null`` is set to ``null``, as
-    ml-commons re-indexes what it is given), and whether it asked to pin the memory."""
+    ml-commons re-indexes what it is given), and ``pinned`` when it pins (true) or unpins (false) it."""
 
     fields: Mapping[str, Any]
-    pinned: bool = False
+    pinned: bool | None = None
 
 
 async def update_memory(
@@ -306,12 +307,15 @@ async def update_memory(
     if memory_type == "history":
         _index_or_404(container, memory_type)  # a disabled history is "not found" before it is read-only
         raise NotFound("Can't update memory history")
-    if update.pinned:
+    if update.pinned is not None:
         if memory_type == "working":
             raise BadRequest(PINNED_WORKING, os_type="status_exception")
-        raise Forbidden(PINNED_DISABLED)
+        if not (await svc.retention.current()).enabled:
+            raise Forbidden(PINNED_DISABLED)
     index, found = await _load(svc, container, memory_type, memory_id)
     doc = dict(found["_source"])
+    if update.pinned is not None:
+        doc["pinned"] = update.pinned  # not content: last_updated_time stays
     applied = {k: update.fields[k] for k in _UPDATABLE[memory_type] if k in update.fields}
     if memory_type == "long-term" and "memory" in applied:
         text = applied["memory"]

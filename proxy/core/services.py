@@ -9,6 +9,7 @@ from proxy.config import DEFAULT_CACHE_TTL_S
 from proxy.core.cache import Caches
 from proxy.core.models import ModelRegistry
 from proxy.core.recall_canary import RecallCanary
+from proxy.core.retention.settings import RetentionConfig
 from proxy.store.client import Store
 from proxy.store.models import ModelDocs
 
@@ -28,10 +29,18 @@ class Services:
     models: ModelRegistry = field(default=None)  # type: ignore[assignment]
     # Samples graph-walked vector searches to measure their recall (proxy.core.recall_canary); None: off.
     canary: RecallCanary | None = None
+    # ``--memory-retention``: retention is on unless ``PUT /_cluster/settings`` turned it off.
+    memory_retention: bool = False
+    # The retention cluster settings memproxy keeps (proxy.core.retention.settings); made over ``store``.
+    retention: RetentionConfig = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.models is None:
             object.__setattr__(self, "models", ModelRegistry(ModelDocs(self.store), self.embedders))
+        if self.retention is None:
+            object.__setattr__(
+                self, "retention", RetentionConfig(self.store, enabled_by_flag=self.memory_retention)
+            )
 
     async def embed_query(self, embedder_id: str, text: str) -> list[float]:
         """A search query embedded by one model, as plain floats (unknown id: ``NotFound``; full queue:

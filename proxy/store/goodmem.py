@@ -48,7 +48,7 @@ MEMORIES = "memproxy-goodmem-memories"
 PAGES = "memproxy-goodmem-pages"
 # Every index of memproxy's own records (keys, users, grants, ...; later jobs and models): pass-through
 # never reaches them (proxy.api.passthrough).
-PRIVATE_INDEX_PATTERNS = ("memproxy-goodmem-*", "memproxy-jobs*", "memproxy-models*")
+PRIVATE_INDEX_PATTERNS = ("memproxy-goodmem-*", "memproxy-jobs*", "memproxy-models*", "memproxy-settings*")
 # Every container's long-term index (system and non-system prefixes); hidden ones need expand_wildcards=all.
 LONG_TERM_PATTERN = ".plugins-ml-am-*-memory-long-term,*-memory-long-term"
 

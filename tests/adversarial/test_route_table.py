@@ -39,6 +39,9 @@ SELF_SERVICE = {
     ("*", f"{MC}/_memproxy_erase"),
     ("*", f"{MC}/_create"),
     ("*", f"{MC}/_search"),
+    # The method fallbacks (405) of the cluster-wide retention routes, whose POSTs need an administrator.
+    ("*", f"{MC}/_retention/_dry_run"),
+    ("*", f"{MC}/_retention/_execute"),
     ("*", MC),
     ("*", MC + "/{tail}"),
     ("GET", "/v1/instance"),

@@ -38,6 +38,10 @@ __all__ = [
     "LOCAL_MODELS_REFUSED",
     "LONG_TERM_WITHOUT_STRATEGIES",
     "OWN_SESSION_DOCUMENT",
+    "PINNED",
+    "RETENTION_POLICY",
+    "RETENTION_ROUTES",
+    "RETENTION_SETTINGS",
     "SCRIPTS_REFUSED",
     "SESSION_ID_PER_CONTAINER",
     "SHARED_FAMILY_DELETE",
@@ -547,9 +551,77 @@ CONTENT_ONLY_TIMESTAMPS = Deviation(
     "content-only-timestamps",
     "An update moves `last_updated_time` only when it changes content (a session's `summary`; a working "
     "memory's `messages`, `binary_data`, `structured_data`, `structured_data_blob`; a long-term `memory`), "
-    "not for `metadata`, `tags`, `agents` or `additional_info` alone, as ml-commons 3.8 does; ml-commons 3.6 "
-    "moves it on every update.",
+    "not for `metadata`, `tags`, `agents`, `additional_info` or `pinned` alone, as ml-commons 3.8 does; "
+    "ml-commons 3.6 moves it on every update.",
     _content_only_timestamps,
+)
+
+
+_RETENTION_KEY = "plugins.ml_commons.memory.retention_enabled"
+
+
+def _retention_settings(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 400 and ref.error["type"] == "settings_exception", ref
+    assert ref.error["reason"].endswith(f"setting [{_RETENTION_KEY}], not recognized"), ref
+    assert mp.status == 200 and mp.body["acknowledged"] is True, mp
+    assert set(mp.body) == {"acknowledged", "persistent", "transient"}, mp
+
+
+RETENTION_SETTINGS = Deviation(
+    "retention-settings",
+    "`PUT /_cluster/settings` takes the memory retention settings "
+    "(`plugins.ml_commons.memory.retention_enabled`, `retention_job_interval_hours`, "
+    "`retention_job_throttle_seconds`, `orphan_ttl_days`, `working_memory_ttl_days`, "
+    "`default_session_retention_days`, `default_session_max_count`, `default_long_term_max_count`, "
+    "`default_history_max_count`), which memproxy keeps, and `GET` shows them, as ml-commons 3.8 does; "
+    'ml-commons 3.6 has none of them: 400 `settings_exception` ("not recognized").',
+    _retention_settings,
+)
+
+
+def _retention_policy(ref: Reply, mp: Reply) -> None:
+    policy = mp.body["configuration"].get("retention_policy")
+    assert policy == {"sessions": {"retention_days": 3650}}, mp
+    assert "retention_policy" not in ref.body["configuration"], ref
+    assert_same(ref, _without(mp, lambda b: b["configuration"].pop("retention_policy")))
+
+
+RETENTION_POLICY = Deviation(
+    "retention-policy",
+    "With retention enabled, a container's `configuration.retention_policy` (`sessions`, `long-term`, "
+    "`history`; `retention_days`, `max_count`) is validated, stored, merged field by field on update and "
+    "shown by `GET`, as ml-commons 3.8 does; ml-commons 3.6 drops it.",
+    _retention_policy,
+)
+
+
+def _pinned(ref: Reply, mp: Reply) -> None:
+    assert "pinned" not in ref.body and mp.body.get("pinned") is True, (ref, mp)
+    assert_same(ref, _without(mp, lambda b: b.pop("pinned")))
+
+
+PINNED = Deviation(
+    "pinned",
+    "With retention enabled, `PUT …/memories/sessions|long-term/{id}` with `pinned` stores it (retention "
+    "never evicts a pinned memory) and `GET` shows it; working memory refuses it (400), as ml-commons 3.8 "
+    "does; ml-commons 3.6 ignores the field.",
+    _pinned,
+)
+
+
+def _retention_routes(ref: Reply, mp: Reply) -> None:
+    assert ref.status == 400 and "no handler found for uri" in str(ref.body.get("error")), ref
+    assert mp.status == 200, mp
+    expected = {"container_id", "evaluated_at", "policy_source", "effective_policy", "would_delete"}
+    assert expected | {"pinned_would_skip", "warnings"} == set(mp.body), mp
+
+
+RETENTION_ROUTES = Deviation(
+    "retention-routes",
+    "`POST …/memory_containers/{id}/_retention/_dry_run`, the cluster-wide `…/_retention/_dry_run` and "
+    "`…/_retention/_execute` are served, as ml-commons 3.9 does; ml-commons 3.6 has no such routes "
+    '(400 "no handler found").',
+    _retention_routes,
 )
 
 
@@ -581,4 +653,8 @@ DEVIATION_LIST: list[Deviation] = [
     OWN_SESSION_DOCUMENT,
     ADD_BUMPS_SESSION,
     CONTENT_ONLY_TIMESTAMPS,
+    RETENTION_SETTINGS,
+    RETENTION_POLICY,
+    PINNED,
+    RETENTION_ROUTES,
 ]

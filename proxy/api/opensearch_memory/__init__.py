@@ -9,7 +9,9 @@ on it (:data:`ACCESS`, GoodMem's space operations with ml-commons' own refusal t
 wraps every such handler so that the check runs before it, whatever the handler does. Routes without a
 container (``_create``, ``_search``, ``_memproxy_erase``) need only an authenticated caller, which the
 identity middleware established; container ``_search`` is narrowed to what the caller may see by its
-handler, and the cross-container erase to the containers whose memories the caller may delete.
+handler, and the cross-container erase to the containers whose memories the caller may delete. The
+cluster-wide retention routes (``_retention/_dry_run``, ``_retention/_execute``) check for an administrator
+themselves.
 
 The ml-commons model APIs (:mod:`.models`: connectors, model groups, models, tasks, predict) are served here
 too, from memproxy's model registry, whether or not the cluster has ml-commons of its own. Their rule
@@ -26,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from proxy.api.opensearch_memory import containers, erasure, memories, models, search
+from proxy.api.opensearch_memory import containers, erasure, memories, models, retention, search
 from proxy.api.opensearch_memory.common import Handler, load_container
 from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core.container_record import ContainerNotFound
@@ -45,10 +47,13 @@ ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
     (("GET", "POST"), PREFIX + "/_search", containers.search),
     (("POST",), PREFIX + "/_memproxy_erase", erasure.erase_everywhere),
     (("GET",), PREFIX + "/_memproxy_erase/{job_id}", erasure.erasure_job),
+    (("POST",), PREFIX + "/_retention/_dry_run", retention.dry_run_all),
+    (("POST",), PREFIX + "/_retention/_execute", retention.execute),
     (("GET",), _C, containers.get),
     (("PUT",), _C, containers.update),
     (("DELETE",), _C, containers.delete),
     (("POST",), _C + "/_memproxy_erase", erasure.erase_in_container),
+    (("POST",), _C + "/_retention/_dry_run", retention.dry_run),
     (("POST",), _C + "/memories", memories.add_memory),
     (("POST",), _C + "/memories/sessions", memories.create_session),
     (("GET", "POST"), _LT + "/_semantic_search", search.semantic_search),
@@ -77,6 +82,7 @@ ACCESS: Mapping[tuple[str, str], tuple[str, str]] = {
     ("PUT", _C): ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container"),
     ("DELETE", _C): ("DELETE_SPACE", "Only container owner can delete container"),
     ("POST", _C + "/_memproxy_erase"): _DELETE,
+    ("POST", _C + "/_retention/_dry_run"): _SEARCH,
     ("POST", _C + "/memories"): _ADD,
     ("POST", _C + "/memories/sessions"): _ADD,
     ("GET", _LT + "/_semantic_search"): _SEARCH,

@@ -13,6 +13,7 @@ from typing import Any
 
 from proxy.api.opensearch_memory.lenient import as_bool, as_int, as_object, as_str, as_str_list, token_error
 from proxy.core.configuration import STRATEGY_TYPES
+from proxy.core.retention.policy import parse_policy
 from proxy.errors import BadRequest
 
 __all__ = ["EMBEDDING_TYPES", "MAX_INFER_SIZE_LIMIT", "parse_configuration"]
@@ -103,7 +104,7 @@ def parse_configuration(raw: Any, *, is_update: bool = False) -> dict[str, Any]:
         if obj.get(key) is not None:
             cfg[key] = as_object(obj[key])
     if "retention_policy" in obj:
-        cfg["retention_policy"] = obj["retention_policy"]
+        cfg["retention_policy"] = parse_policy(obj["retention_policy"])
     _check_embedding_fields(cfg)
     if cfg.get("max_infer_size", 0) > MAX_INFER_SIZE_LIMIT:
         raise BadRequest(f"Maximum infer size cannot exceed {MAX_INFER_SIZE_LIMIT}")

@@ -272,7 +272,7 @@ async def update_memory(request: web.Request) -> web.Response:
         raise BadRequest("Text cannot be null or empty")
     update = core.MemoryUpdate(
         fields={k: v for k, v in body.items() if k in core.UPDATABLE_FIELDS},
-        pinned=body.get("pinned") is not None,
+        pinned=optional(body, "pinned", as_bool),
     )
     container = await load_container(request)
     return json_response(
@@ -323,8 +323,6 @@ def _long_term_memory(raw: Any, owner_id: str | None) -> LongTermMemory:
         raise BadRequest(
             f"Invalid memory type: {body['strategy_type']}. Must be SEMANTIC, USER_PREFERENCE, or SUMMARY"
         )
-    if body.get("pinned") is not None:
-        raise Forbidden(core.PINNED_DISABLED)
     return LongTermMemory(
         memory=as_str(text),
         namespace=optional(body, "namespace", coerce_string_map) or {},
@@ -333,7 +331,17 @@ def _long_term_memory(raw: Any, owner_id: str | None) -> LongTermMemory:
         strategy_id=optional(body, "strategy_id", as_str),
         metadata=optional(body, "metadata", as_object),
         owner_id=owner_id,
+        pinned=optional(body, "pinned", as_bool),
     )
+
+
+async def _check_pinning(request: web.Request, memories: list[LongTermMemory]) -> None:
+    """A memory written pinned needs retention on, as a pin by update does."""
+    if (
+        any(m.pinned is not None for m in memories)
+        and not (await services(request).retention.current()).enabled
+    ):
+        raise Forbidden(core.PINNED_DISABLED)
 
 
 async def add_long_term(request: web.Request) -> web.Response:
@@ -341,6 +349,7 @@ async def add_long_term(request: web.Request) -> web.Response:
     body = await object_body(request, "Add long-term memory request has empty body")
     refuse_other_container(request, body)
     memory = _long_term_memory(body, _owner(request))
+    await _check_pinning(request, [memory])
     container = await load_container(request)
     ids = await write_long_term(services(request), container, [memory])
     return json_response({"long_term_memory_id": ids[0], "status": "created"})
@@ -357,6 +366,7 @@ async def add_long_term_bulk(request: web.Request) -> web.Response:
     for item in (body, *raw):
         refuse_other_container(request, item)
     memories = [_long_term_memory(item, _owner(request)) for item in raw]
+    await _check_pinning(request, memories)
     container = await load_container(request)
     ids = await write_long_term(services(request), container, memories)
     return json_response({"long_term_memory_ids": ids, "status": "created"})

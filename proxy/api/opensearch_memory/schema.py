@@ -62,7 +62,10 @@ class Configuration(_In):
     strategies: list[Strategy] | None = None
     index_settings: dict[str, Any] | None = None
     parameters: dict[str, Any] | None = None
-    retention_policy: Any = None
+    retention_policy: dict[str, Any] | None = Field(
+        None,
+        description="ml-commons 3.8: sessions / long-term / history, each retention_days and/or max_count",
+    )
 
 
 class NewContainer(_In):
@@ -201,6 +204,7 @@ class MemoryUpdate(_In):
     tags: StringMap | None = None
     namespace: StringMap | None = None
     metadata: dict[str, Any] | None = None
+    pinned: bool | None = Field(None, description="ml-commons 3.8: sessions and long-term, with retention on")
 
 
 class DeleteByQuery(_In):
@@ -293,6 +297,7 @@ class LongTermMemory(_In):
     namespace: StringMap | None = None
     tags: StringMap | None = None
     metadata: dict[str, Any] | None = None
+    pinned: bool | None = Field(None, description="ml-commons 3.8: never evicted; needs retention on")
 
 
 class LongTermBulk(_In):
@@ -316,6 +321,37 @@ class Inference(_Out):
     attempts: int
 
 
+class RetentionCounts(_Out):
+    total: int
+    by_reason: dict[str, int]
+
+
+class RetentionWouldDelete(_Out):
+    sessions: RetentionCounts
+    long_term: RetentionCounts
+    history: RetentionCounts
+    working_memory: RetentionCounts
+
+
+class RetentionDryRun(_Out):
+    container_id: str
+    evaluated_at: int
+    policy_source: Literal["container", "cluster_default", "opted_out", "none"]
+    effective_policy: dict[str, dict[str, int]]
+    would_delete: RetentionWouldDelete
+    pinned_would_skip: int
+    warnings: list[str]
+
+
+class RetentionDryRunAll(_Out):
+    evaluated_at: int
+    containers: list[RetentionDryRun]
+
+
+class RetentionExecuted(_Out):
+    status: Literal["triggered", "already_running", "retention_disabled"]
+
+
 _TYPE = {"memory_type": {"type": "string", "enum": ["sessions", "working", "long-term", "history"]}}
 
 _OPERATIONS: dict[tuple[str, str], Operation] = {
@@ -325,6 +361,17 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("POST", PREFIX + "/_search"): Operation(
         "Search the containers the caller may see", {200: SearchResponse}, body=SearchBody
+    ),
+    ("POST", PREFIX + "/_retention/_dry_run"): Operation(
+        "What retention would delete in every container (an administrator)",
+        {200: RetentionDryRunAll},
+        body_required=False,
+    ),
+    ("POST", PREFIX + "/_retention/_execute"): Operation(
+        "Start a retention run now (an administrator)", {200: RetentionExecuted}, body_required=False
+    ),
+    ("POST", _C + "/_retention/_dry_run"): Operation(
+        "What retention would delete in this container", {200: RetentionDryRun}, body_required=False
     ),
     ("GET", _C): Operation("A memory container", {200: Container}),
     ("PUT", _C): Operation("Update a memory container", {200: WriteResult}, body=ContainerUpdate),
