@@ -129,6 +129,9 @@ class Job:
     stages: tuple[dict[str, Any], ...] = ()
     # The attempts that ended, oldest first (:func:`attempt_record`): at most HISTORY_LIMIT.
     history: tuple[dict[str, Any], ...] = ()
+    # The handler's checkpoint (``JobContext.set_progress``): kept across attempts, so a handler resumes
+    # where the last attempt got to instead of from the start.
+    progress: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -158,6 +161,7 @@ class Job:
             result=source.get("result"),
             stages=tuple(s for s in source.get("stages") or () if isinstance(s, dict)),
             history=tuple(h for h in source.get("history") or () if isinstance(h, dict)),
+            progress=source.get("progress") if isinstance(source.get("progress"), dict) else None,
         )
 
     def view(self) -> dict[str, Any]:
@@ -183,6 +187,7 @@ class Job:
             "result": self.result,
             "stages": list(self.stages),
             "history": list(self.history),
+            "progress": self.progress,
         }
 
     def with_attempt(
@@ -304,6 +309,8 @@ class JobContext:
         self.worker = worker
         self.stage: str | None = None
         self._stages: list[dict[str, Any]] = []
+        # The checkpoint the last attempt stored (empty on a first attempt).
+        self.progress: dict[str, Any] = dict(job.progress or {})
 
     @property
     def stages(self) -> list[dict[str, Any]]:
@@ -321,6 +328,13 @@ class JobContext:
         self.stage = stage
         self._stages.append({"stage": stage, "at": now_ms()})
         await self._lease.write({"stage": stage, "stages": self._stages})
+
+    async def set_progress(self, progress: Mapping[str, Any]) -> None:
+        """Store the handler's checkpoint (``progress`` on the job, and ``ctx.progress`` of the next
+        attempt): a resumed job starts from it. It also renews the lease. Raises :class:`LeaseLost` when
+        the job is no longer this process's, so work past a lost lease stops at its next checkpoint."""
+        self.progress = dict(progress)
+        await self._lease.write({"progress": self.progress}, refresh=False)
 
 
 JobHandler = Callable[[dict[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]

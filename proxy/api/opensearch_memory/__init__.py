@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from proxy.api.opensearch_memory import containers, memories, models, search
+from proxy.api.opensearch_memory import containers, embedding_switch, memories, models, search
 from proxy.api.opensearch_memory.common import Handler, load_container
 from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core.container_record import ContainerNotFound
@@ -45,6 +45,9 @@ ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
     (("GET",), _C, containers.get),
     (("PUT",), _C, containers.update),
     (("DELETE",), _C, containers.delete),
+    (("POST",), _C + "/_memproxy_switch_embedding", embedding_switch.start),
+    (("GET",), _C + "/_memproxy_switch_embedding", embedding_switch.progress),
+    (("DELETE",), _C + "/_memproxy_switch_embedding", embedding_switch.cancel),
     (("POST",), _C + "/memories", memories.add_memory),
     (("POST",), _C + "/memories/sessions", memories.create_session),
     (("GET", "POST"), _LT + "/_semantic_search", search.semantic_search),
@@ -64,14 +67,17 @@ _ADD = ("CREATE_MEMORY", "User doesn't have permissions to add memory to this co
 _SEARCH = ("READ_MEMORY", "User doesn't have permissions to search memories in this container")
 _DELETE = ("DELETE_MEMORY", "User doesn't have permissions to delete memories in this container")
 
+_READ_SPACE = ("READ_SPACE", "User doesn't have privilege to perform this operation on this memory container")
+_UPDATE_SPACE = ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container")
+
 # (method, path) → (space operation, ml-commons' 403 reason) for every route that names a container.
 ACCESS: Mapping[tuple[str, str], tuple[str, str]] = {
-    ("GET", _C): (
-        "READ_SPACE",
-        "User doesn't have privilege to perform this operation on this memory container",
-    ),
-    ("PUT", _C): ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container"),
+    ("GET", _C): _READ_SPACE,
+    ("PUT", _C): _UPDATE_SPACE,
     ("DELETE", _C): ("DELETE_SPACE", "Only container owner can delete container"),
+    ("POST", _C + "/_memproxy_switch_embedding"): _UPDATE_SPACE,
+    ("GET", _C + "/_memproxy_switch_embedding"): _READ_SPACE,
+    ("DELETE", _C + "/_memproxy_switch_embedding"): _UPDATE_SPACE,
     ("POST", _C + "/memories"): _ADD,
     ("POST", _C + "/memories/sessions"): _ADD,
     ("GET", _LT + "/_semantic_search"): _SEARCH,
