@@ -39,7 +39,7 @@ from proxy.core.jobs import Job, JobContext, JobQueue, JobRunner, PermanentJobEr
 from proxy.core.longterm_mirror import (
     COPYING,
     SWITCHED,
-    drop_mirror,
+    drop_target,
     drop_tombstones,
     embedded_documents,
     raise_bulk_errors,
@@ -211,7 +211,7 @@ async def cancel_switch(svc: Services, queue: JobQueue, container_id: str) -> di
             await _write(svc, _without_switch(container))
         except Conflict:
             continue
-        await drop_mirror(svc, container)
+        await drop_target(svc, container_id, switch)
         return {"task_id": switch["job_id"], "status": "CANCELLED"}
     raise Conflict("the memory container kept changing: try again")
 
@@ -283,6 +283,8 @@ async def _copy(svc: Services, container: Container, ctx: JobContext) -> bool:
     batch = int(switch.get("batch") or BATCH)
     async for page in pages(svc.store, source, _scope(container.id), size=batch, after=done.get("after")):
         if await _ours(svc, container.id, ctx.job_id) is None:
+            # Cancelled: what this attempt wrote since the canceller's own clean-up goes too.
+            await drop_target(svc, container.id, switch)
             return False
         written = await embedded_documents(svc, model, [(str(h["_id"]), h["_source"]) for h in page])
         ops: list[docs.BulkOp] = [("create", target, doc_id, doc) for doc_id, doc in written]
@@ -393,6 +395,7 @@ def register_embedding_switch(runner: JobRunner, svc: Services) -> None:
             await ctx.set_stage("switch")
             switched = await _switch(svc, container, ctx.job_id)
             if switched is None:
+                await drop_target(svc, container_id, container.embedding_switch or {})
                 return {"cancelled": True, **ctx.progress}
             container = switched
         switch = container.embedding_switch or {}
@@ -434,6 +437,7 @@ def register_embedding_switch(runner: JobRunner, svc: Services) -> None:
             await asyncio.sleep(1.0)
             await ctx.set_stage("drop-old")
             source, target = str(switch["source"]["index"]), str(switch["target"]["index"])
+            await refresh(svc.store, [source, target])
             deleted = await docs.delete_by_query(
                 svc.store, source, MatchAll(), container_id=container_id, ignore_missing=True
             )

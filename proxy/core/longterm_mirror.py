@@ -28,7 +28,7 @@ from proxy.store import memories as docs
 from proxy.store.client import node_error
 from proxy.store.layout import CONTAINER_FIELD
 from proxy.store.query import Filter, MatchAll, Term, all_of
-from proxy.store.transfer import pages
+from proxy.store.transfer import pages, refresh
 from proxy.store.versioned import mget_versioned
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "TOMBSTONE_FIELD",
     "Mirror",
     "drop_mirror",
+    "drop_target",
     "drop_tombstones",
     "embedded_documents",
     "ids_matching",
@@ -159,16 +160,26 @@ async def ids_matching(svc: Services, container: Container, selection: Filter | 
 
 
 async def drop_mirror(svc: Services, container: Container) -> None:
-    """The mirror's copies of the container's memories, and its tombstones (a switch cancelled, or the
-    container deleted mid-switch); nothing without a switch."""
+    """The mirror's copies of the container's memories, and its tombstones (the container deleted
+    mid-switch); nothing without a switch."""
     switch = container.embedding_switch
     mirror = mirror_of(container)
     if switch is None or mirror is None:
         return
+    await refresh(svc.store, [mirror.index])
     await docs.delete_by_query(
         svc.store, mirror.index, MatchAll(), container_id=container.id, ignore_missing=True
     )
     await drop_tombstones(svc, container.id, str(switch["target"]["index"]))
+
+
+async def drop_target(svc: Services, container_id: str, switch: Mapping[str, Any]) -> None:
+    """A switch cancelled before it switched: the container's copies and tombstones in the new index."""
+    index = str(switch["target"]["index"])
+    # A delete by query sees what was refreshed: the copy's batches are written without a refresh.
+    await refresh(svc.store, [index])
+    await docs.delete_by_query(svc.store, index, MatchAll(), container_id=container_id, ignore_missing=True)
+    await drop_tombstones(svc, container_id, index)
 
 
 async def drop_tombstones(svc: Services, container_id: str, index: str) -> None:
