@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -65,6 +66,13 @@ def switch_proxy(opensearch_url: str, tei: TeiEmbedder) -> Iterator[ProxyProcess
 @pytest.fixture(scope="module")
 def node(opensearch_url: str) -> OpenSearch:
     return OpenSearch(hosts=[opensearch_url], timeout=60)
+
+
+@dataclass
+class Searches:
+    n: int = 0
+    errors: list[str] = field(default_factory=list)
+    missing: list[Any] = field(default_factory=list)
 
 
 def _http(url: str) -> httpx.Client:
@@ -160,7 +168,7 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
     known = {i: (text, f"u{n % USERS}") for n, (i, text) in enumerate(zip(ids, texts, strict=True))}
 
     stop = threading.Event()
-    searches = {"n": 0, "errors": [], "missing": []}
+    searches = Searches()
 
     def searcher() -> None:
         rng = random.Random(7)
@@ -171,11 +179,11 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
                 try:
                     hits = _search(own, cid, text, user)
                 except Exception as exc:  # an error is what this test counts
-                    searches["errors"].append(repr(exc))
+                    searches.errors.append(repr(exc))
                     continue
-                searches["n"] += 1
+                searches.n += 1
                 if memory_id not in [h["_id"] for h in hits]:
-                    searches["missing"].append((memory_id, [(h["_id"], h["_score"]) for h in hits]))
+                    searches.missing.append((memory_id, [(h["_id"], h["_score"]) for h in hits]))
 
     threads = [threading.Thread(target=searcher) for _ in range(2)]
     for thread in threads:
@@ -211,8 +219,8 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
         for thread in threads:
             thread.join()
 
-    assert searches["errors"] == [] and searches["missing"] == []
-    assert searches["n"] > 20
+    assert searches.errors == [] and searches.missing == []
+    assert searches.n > 20
     configuration = _ok(http.get(f"{MC}/{cid}"))["configuration"]
     assert configuration["embedding_model_id"] == "hash64" and configuration["embedding_dimension"] == 64
     new_index = _index_of(node, cid)
@@ -244,9 +252,9 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
         and _search(http, cid, "after the grace", "u0")[0]["_id"] == extra[0]
     )
     print(
-        f"\nembedding switch: {len(ids)} memories (written in {written_s:.1f} s), switched in {switched_s:.1f} s; "
-        f"{searches['n']} searches during it, {len(searches['errors'])} errors, "
-        f"{len(searches['missing'])} missing"
+        f"\nembedding switch: {len(ids)} memories (written in {written_s:.1f} s), "
+        f"switched in {switched_s:.1f} s; {searches.n} searches during it, "
+        f"{len(searches.errors)} errors, {len(searches.missing)} missing"
     )
     http.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
 

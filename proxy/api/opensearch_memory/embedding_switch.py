@@ -12,14 +12,14 @@ from proxy.app_keys import JOBS, PRINCIPAL
 from proxy.core import embedding_switch as core
 from proxy.errors import BadRequest
 
-__all__ = ["cancel", "progress", "start"]
+__all__ = ["cancel", "parse_request", "progress", "start"]
 
 _KEYS = ("embedding_model_id", "embedding_dimension", "grace_period_s")
 # Memories per batch: small enough for one embed call and one _bulk, at least a few per checkpoint.
 _BATCH = (1, 2000)
 
 
-def _request(body: dict[str, object]) -> core.SwitchRequest:
+def parse_request(body: dict[str, object]) -> core.SwitchRequest:
     unknown = sorted(set(body) - {*_KEYS, "batch_size"})
     if unknown:
         raise BadRequest(f"unknown field(s) {', '.join(unknown)}: expected {', '.join(_KEYS)}")
@@ -43,7 +43,7 @@ def _request(body: dict[str, object]) -> core.SwitchRequest:
 async def start(request: web.Request) -> web.Response:
     """``POST``: ``{"embedding_model_id", "embedding_dimension"?, "grace_period_s"?}`` →
     ``{"task_id", "status": "CREATED"}``, as ml-commons answers its own asynchronous tasks."""
-    req = _request(await object_body(request, "Switch embedding request has empty body"))
+    req = parse_request(await object_body(request, "Switch embedding request has empty body"))
     who = request.get(PRINCIPAL)
     job = await core.start_switch(
         services(request),
