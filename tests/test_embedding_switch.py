@@ -155,8 +155,18 @@ def _count(node: OpenSearch, index: str, cid: str) -> int:
     return int(node.count(index=index, body={"query": {"term": {"memory_container_id": cid}}})["count"])
 
 
+@pytest.fixture(scope="module")
+def other_proxy(opensearch_url: str, tei: TeiEmbedder) -> Iterator[ProxyProcess]:
+    """A second process on the same cluster with the default container cache (2 s): its searches may use a
+    container record from before the switch."""
+    flags = _flags(tei)
+    proxy = ProxyProcess(opensearch_url, extra_args=flags[: flags.index("--cache-ttl-s")])
+    yield proxy
+    proxy.stop()
+
+
 def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
-    switch_proxy: ProxyProcess, node: OpenSearch
+    switch_proxy: ProxyProcess, other_proxy: ProxyProcess, node: OpenSearch
 ) -> None:
     http = _http(switch_proxy.url)
     cid = _container(http, EMBEDDER, 384)
@@ -170,9 +180,9 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
     stop = threading.Event()
     searches = Searches()
 
-    def searcher() -> None:
-        rng = random.Random(7)
-        with _http(switch_proxy.url) as own:
+    def searcher(url: str, seed: int) -> None:
+        rng = random.Random(seed)
+        with _http(url) as own:
             while not stop.is_set():
                 memory_id = rng.choice(ids[2:4000])  # none of these is deleted or updated below
                 text, user = known[memory_id]
@@ -185,7 +195,8 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
                 if memory_id not in [h["_id"] for h in hits]:
                     searches.missing.append((memory_id, [(h["_id"], h["_score"]) for h in hits]))
 
-    threads = [threading.Thread(target=searcher) for _ in range(2)]
+    urls = (switch_proxy.url, other_proxy.url)
+    threads = [threading.Thread(target=searcher, args=(url, n)) for n, url in enumerate(urls)]
     for thread in threads:
         thread.start()
     try:
@@ -212,8 +223,10 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
         done = _wait(http, cid, lambda p: p["state"] == "COMPLETED")
         switched_s = time.monotonic() - started
         assert done["copied"] >= 5000 and done["attempts"] == 1 and done["errors"] == []
-        # Searches go on a while after the switch (processes with a cached container, then the new index).
-        time.sleep(1.5)
+        # Searches go on after the switch (the other process's cached container, then the new index), and
+        # that process's writes during the grace period reach both indices.
+        late = _bulk(_http(other_proxy.url), cid, ["written by the other process in the grace period"])
+        time.sleep(2.5)
     finally:
         stop.set()
         for thread in threads:
@@ -227,7 +240,7 @@ def test_a_switch_under_continuous_search_loses_nothing_and_keeps_writes(
     assert new_index.startswith(old_index + "-")
     docs = _docs(node, new_index, cid)
     by_id = {d["_id"]: d["_source"] for d in docs}
-    expected = (set(ids) | set(added)) - {ids[1], ids[4998]}
+    expected = (set(ids) | set(added) | set(late)) - {ids[1], ids[4998]}
     assert len(docs) == len(by_id) == len(expected) and set(by_id) == expected  # each exactly once
     assert {len(s["memory_embedding"]) for s in by_id.values()} == {64}
     assert by_id[ids[0]]["memory"] == "updated early memory"
@@ -375,3 +388,75 @@ def test_a_caller_without_access_is_refused(proxy_url: str, admin_headers: dict[
             assert admin.get(f"{MC}/{cid}/{SWITCH}").status_code == 404
         finally:
             admin.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
+
+
+def test_a_container_edited_then_deleted_mid_switch_leaves_nothing_in_the_new_index(
+    switch_proxy: ProxyProcess, tei: TeiEmbedder, node: OpenSearch
+) -> None:
+    http = _http(switch_proxy.url)
+    cid = _container(http, "hash64", 64)
+    _bulk(http, cid, _texts(300, "deleted"))
+    prefix = _ok(http.get(f"{MC}/{cid}"))["configuration"]["index_prefix"]
+    tei.delay_s[32] = 0.2
+    try:
+        body = {"embedding_model_id": "hash32", "batch_size": 20}
+        task = _ok(http.post(f"{MC}/{cid}/{SWITCH}", json=body))["task_id"]
+        _wait(http, cid, lambda p: p["copied"] >= 40)
+        change = {
+            "configuration": {
+                "embedding_model_type": "TEXT_EMBEDDING",
+                "embedding_model_id": "hash32",
+                "embedding_dimension": 32,
+            }
+        }
+        refused = http.put(f"{MC}/{cid}", json=change)  # only the switch changes a container's embedding
+        assert refused.status_code == 400 and "Cannot change embedding configuration" in refused.text
+        assert _ok(http.put(f"{MC}/{cid}", json={"description": "still editable"}))["result"] == "updated"
+        _ok(http.delete(f"{MC}/{cid}"))
+    finally:
+        tei.delay_s.pop(32, None)
+    job = _wait_job(node, task)
+    assert job["state"] == "COMPLETED" and job["result"]["cancelled"] is True
+    [new_index] = list(node.indices.get(index=f"{prefix}-memory-long-term-*"))
+    node.indices.refresh(index=new_index)
+    assert node.count(index=new_index)["count"] == 0
+
+
+def test_the_count_check_repairs_what_the_dual_writes_missed(
+    switch_proxy: ProxyProcess, tei: TeiEmbedder, node: OpenSearch
+) -> None:
+    http = _http(switch_proxy.url)
+    cid = _container(http, "hash64", 64)
+    ids = _bulk(http, cid, _texts(200, "repair"))
+    prefix = _ok(http.get(f"{MC}/{cid}"))["configuration"]["index_prefix"]
+    old_index = f"{prefix}-memory-long-term"
+    tei.delay_s[32] = 0.1
+    try:
+        body = {"embedding_model_id": "hash32", "grace_period_s": 1, "batch_size": 20}
+        task = _ok(http.post(f"{MC}/{cid}/{SWITCH}", json=body))["task_id"]
+        progress = _wait(http, cid, lambda p: p["copied"] >= 20)
+        new_index = progress["target"]["index"]
+        # Behind memproxy's back: a memory only the old index has (after the copy's snapshot) and a stray one
+        # only the new index has: the copy cannot see either.
+        stored = node.get(index=old_index, id=ids[0], routing=cid)["_source"]
+        node.index(index=old_index, id="only-in-old", body={**stored, "memory": "only in old"}, routing=cid)
+        stray = {"memory": "stray", "memory_container_id": cid}
+        node.index(index=new_index, id="only-in-new", body=stray, routing=cid)
+        _wait(http, cid, lambda p: p["state"] == "COMPLETED")
+    finally:
+        tei.delay_s.pop(32, None)
+    result = node.get(index="memproxy-jobs", id=task)["_source"]["result"]
+    assert result["repaired"] == {"missing": 1, "extra": 1}
+    docs = _docs(node, new_index, cid)
+    assert {d["_id"] for d in docs} == {*ids, "only-in-old"}
+    assert {len(d["_source"]["memory_embedding"]) for d in docs} == {32}
+    http.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
+
+
+def _wait_job(node: OpenSearch, job_id: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job: dict[str, Any] = node.get(index="memproxy-jobs", id=job_id)["_source"]
+        if job["state"] in ("COMPLETED", "FAILED") or time.monotonic() > deadline:
+            return job
+        time.sleep(0.2)

@@ -10,7 +10,8 @@ indices, proxy.core.longterm_mirror) and enqueues one durable job, ``embedding-s
    re-embedded by the new model in batches and written with ``create`` (a memory dual-written meanwhile is
    newer and stays; a deleted one left a tombstone the ``create`` fails on); after each batch the cursor,
    the count and the ETA are the job's checkpoint (``progress``), so an attempt after a crash resumes there;
-2. ``verify``: the counts of both indices agree, else a merge of both id lists repairs the difference;
+2. ``verify``: a merge of both indices' sorted id lists copies what the new one lacks and deletes what the
+   old one no longer holds; then the counts must agree;
 3. ``switch``: one conditional write (``if_seq_no``) of the container: the new model, its dimension and
    index; searches use it from then on (other processes within ``--cache-ttl-s``); writes still reach the
    old index (``switched``) so a process with a cached container finds everything;
@@ -319,7 +320,10 @@ async def _reconcile(svc: Services, container: Container) -> dict[str, int]:
     missing: list[str] = []
     extra: list[str] = []
     olds, news = _ids(svc, source, container.id), _ids(svc, target, container.id)
-    old, new = await anext(olds, None), await anext(news, None)
+    # The new index's snapshot first: a memory created between the two is then "missing" (copied, or a 409
+    # when its dual write got there), never "extra" (deleted from the new index while the old one has it).
+    new = await anext(news, None)
+    old = await anext(olds, None)
     while old is not None or new is not None:
         if new is None or (old is not None and old < new):
             missing.append(str(old))
@@ -386,12 +390,12 @@ def register_embedding_switch(runner: JobRunner, svc: Services) -> None:
             if not await _copy(svc, container, ctx):
                 return {"cancelled": True, **ctx.progress}
             await ctx.set_stage("verify")
+            # Equal counts could hide one memory missing and one too many: the id lists are compared.
+            await _counts(svc, container)  # refreshes both
+            repaired = await _reconcile(svc, container)
             old, new = await _counts(svc, container)
-            if old != new:
-                repaired = await _reconcile(svc, container)
-                old, new = await _counts(svc, container)
-                if old != new:  # writes meanwhile: the next attempt checks again
-                    raise RuntimeError(f"the new index holds {new} memories, the old one {old}")
+            if old != new:  # writes meanwhile: the next attempt checks again
+                raise RuntimeError(f"the new index holds {new} memories, the old one {old}")
             await ctx.set_stage("switch")
             switched = await _switch(svc, container, ctx.job_id)
             if switched is None:
