@@ -460,3 +460,55 @@ def _wait_job(node: OpenSearch, job_id: str, timeout: float = 60) -> dict[str, A
         if job["state"] in ("COMPLETED", "FAILED") or time.monotonic() > deadline:
             return job
         time.sleep(0.2)
+
+
+def test_a_goodmem_space_switches_its_embedder(
+    proxy_url: str, admin_headers: dict[str, str], tei: TeiEmbedder, node: OpenSearch
+) -> None:
+    """The same switch through GoodMem's routes, to an embedder registered through GoodMem (a remote TEI)."""
+    with httpx.Client(base_url=proxy_url, headers=admin_headers, timeout=120) as http:
+        registered = http.post(
+            "/v1/embedders",
+            json={
+                "displayName": f"switch-{uuid.uuid4().hex[:6]}",
+                "providerType": "TEI",
+                "endpointUrl": tei.url_for(64),
+                "modelIdentifier": "hash64",
+                "dimensionality": 64,
+            },
+        )
+        assert registered.status_code == 201, registered.text
+        new_embedder = registered.json()["embedderId"]
+        default = http.get("/v1/embedders").json()["embedders"][0]["embedderId"]
+        space = http.post(
+            "/v1/spaces",
+            json={"name": f"switch-{uuid.uuid4().hex[:6]}", "spaceEmbedders": [{"embedderId": default}]},
+        ).json()["spaceId"]
+        try:
+            texts = _texts(40, "space")
+            for text in texts:
+                made = http.post("/v1/memories", json={"spaceId": space, "originalContent": text})
+                assert made.status_code in (200, 201), made.text
+            assert http.get(f"/v1/spaces/{space}/embedderSwitch").status_code == 404
+            bad = http.post(f"/v1/spaces/{space}:switchEmbedder", json={"embedderId": default})
+            assert bad.status_code == 400 and "already uses" in bad.json()["error"]
+            started = http.post(
+                f"/v1/spaces/{space}:switchEmbedder",
+                json={"embedderId": new_embedder, "gracePeriodSeconds": 0},
+            )
+            assert started.status_code == 200 and started.json()["status"] == "CREATED", started.text
+            deadline = time.monotonic() + 120
+            while (progress := http.get(f"/v1/spaces/{space}/embedderSwitch").json())["state"] != "COMPLETED":
+                assert progress["state"] != "FAILED" and time.monotonic() < deadline, progress
+                time.sleep(0.3)
+            assert progress["jobId"] == started.json()["jobId"] and progress["copied"] == progress["total"]
+            shown = http.get(f"/v1/spaces/{space}").json()
+            assert [e["embedderId"] for e in shown["spaceEmbedders"]] == [new_embedder]
+            chunks = _docs(node, _index_of(node, space), space)
+            assert len(chunks) >= 40 and {len(c["_source"]["memory_embedding"]) for c in chunks} == {64}
+            assert {c["_source"]["memory"] for c in chunks} >= set(texts)
+            cancel = http.post(f"/v1/spaces/{space}:cancelEmbedderSwitch")
+            assert cancel.status_code in (404, 409), cancel.text  # done, or still in its grace period
+        finally:
+            http.delete(f"/v1/spaces/{space}")
+            http.delete(f"/v1/embedders/{new_embedder}")
