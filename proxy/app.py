@@ -32,7 +32,7 @@ from proxy.api.request_ids import echo_request_id, request_id_middleware
 from proxy.app_keys import DRAINING, EMBEDDERS, IDENTITY, JOBS, METRICS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
 from proxy.core.cache import Caches
-from proxy.core.embedding_switch import register_embedding_switch
+from proxy.core.embedding_switch_jobs import register_embedding_switch
 from proxy.core.identity import Identity
 from proxy.core.infer.jobs import register_infer
 from proxy.core.jobs import JobQueue, JobRunner
