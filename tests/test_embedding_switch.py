@@ -84,12 +84,12 @@ def _ok(response: httpx.Response) -> Any:
     return response.json()
 
 
-def _container(http: httpx.Client, model: str, dimension: int) -> str:
+def _container(http: httpx.Client, model: str, dimension: int, prefix: str | None = None) -> str:
     configuration = {
         "embedding_model_type": "TEXT_EMBEDDING",
         "embedding_model_id": model,
         "embedding_dimension": dimension,
-        "index_prefix": f"mp-switch-{uuid.uuid4().hex[:8]}",
+        "index_prefix": prefix or f"mp-switch-{uuid.uuid4().hex[:8]}",
         "use_system_index": False,
     }
     body = {"name": "switch", "configuration": configuration}
@@ -512,3 +512,29 @@ def test_a_goodmem_space_switches_its_embedder(
         finally:
             http.delete(f"/v1/spaces/{space}")
             http.delete(f"/v1/embedders/{new_embedder}")
+
+
+def test_a_family_index_a_switch_still_writes_to_is_not_dropped_with_another_container(
+    switch_proxy: ProxyProcess, node: OpenSearch
+) -> None:
+    http = _http(switch_proxy.url)
+    cid = _container(http, "hash64", 64)
+    prefix = _ok(http.get(f"{MC}/{cid}"))["configuration"]["index_prefix"]
+    old_index = f"{prefix}-memory-long-term"
+    _bulk(http, cid, _texts(50, "family"))
+    body = {"embedding_model_id": "hash32", "grace_period_s": 60}
+    _ok(http.post(f"{MC}/{cid}/{SWITCH}", json=body))
+    _wait(http, cid, lambda p: p["state"] == "COMPLETED" and p["switch_state"] == "switched")
+    # Another container of the family, on the old model, deleted with its indices: the old index is the
+    # switched container's mirror for the grace period, so it only loses the other container's documents.
+    other = _container(http, "hash64", 64, prefix=prefix)
+    _bulk(http, other, ["the other container's memory"])
+    _ok(http.delete(f"{MC}/{other}", params={"delete_all_memories": "true"}))
+    assert node.indices.exists(index=old_index)
+    late = _bulk(http, cid, ["written in the grace period"])
+    assert node.get(index=old_index, id=late[0], routing=cid)["found"]
+    assert (
+        len(node.get(index=_index_of(node, cid), id=late[0], routing=cid)["_source"]["memory_embedding"])
+        == 32
+    )
+    http.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
