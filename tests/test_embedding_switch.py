@@ -538,3 +538,34 @@ def test_a_family_index_a_switch_still_writes_to_is_not_dropped_with_another_con
         == 32
     )
     http.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
+
+
+def test_a_switch_that_fails_for_good_is_undone(
+    opensearch_url: str, tei: TeiEmbedder, node: OpenSearch
+) -> None:
+    proxy = ProxyProcess(opensearch_url, extra_args=[*_flags(tei), "--jobs-max-attempts", "1"])
+    tei.failing.add(32)  # the new model's provider is down for the whole switch
+    try:
+        http = _http(proxy.url)
+        cid = _container(http, "hash64", 64)
+        ids = _bulk(http, cid, _texts(30, "failing"))
+        _ok(http.post(f"{MC}/{cid}/{SWITCH}", json={"embedding_model_id": "hash32", "batch_size": 10}))
+        deadline = time.monotonic() + 120
+        while (progress := _progress(http, cid))["state"] != "FAILED":
+            assert progress["state"] != "COMPLETED" and time.monotonic() < deadline, progress
+            time.sleep(0.3)
+        assert progress["stage"] == "copy" and progress["error"]
+        # The failure hook undid it: the old model, no switch, nothing of it in the new index.
+        assert _progress(http, cid)["switch_state"] == "done"
+        configuration = _ok(http.get(f"{MC}/{cid}"))["configuration"]
+        assert configuration["embedding_model_id"] == "hash64"
+        [new_index] = list(node.indices.get(index=f"{configuration['index_prefix']}-memory-long-term-*"))
+        assert _count(node, new_index, cid) == 0
+        # Writes no longer need the new model: they succeed, in the old index only.
+        late = _bulk(http, cid, ["after the failed switch"])
+        assert _count(node, f"{configuration['index_prefix']}-memory-long-term", cid) == len(ids) + 1
+        assert _search(http, cid, "after the failed switch", "u0")[0]["_id"] == late[0]
+        http.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
+    finally:
+        tei.failing.discard(32)
+        proxy.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +15,7 @@ from proxy.core.clock import now_ms
 from proxy.core.container_record import SWITCH_KEY, Container, ContainerNotFound
 from proxy.core.containers import get_container
 from proxy.core.embedding_switch import BATCH, KIND, subject, switched_view, without_switch, write_record
-from proxy.core.jobs import JobContext, JobRunner, PermanentJobError
+from proxy.core.jobs import Job, JobContext, JobRunner, PermanentJobError
 from proxy.core.longterm_mirror import (
     COPYING,
     SWITCHED,
@@ -160,6 +160,38 @@ async def _switch(svc: Services, container: Container, job_id: str) -> Container
 
 
 def register_embedding_switch(runner: JobRunner, svc: Services) -> None:
+    async def schedule_cleanup(
+        container_id: str, job_id: str, owner_id: str | None, switch: Mapping[str, Any]
+    ) -> None:
+        # A fixed id: scheduling it again (a rerun after a crash, the failure hook) is harmless.
+        await runner.queue.enqueue(
+            CLEANUP_KIND,
+            {"container_id": container_id, "switch_job_id": job_id},
+            subject=f"{subject(container_id)}:cleanup",
+            owner_id=owner_id,
+            job_id=f"{job_id}-cleanup",
+            delay_s=max(0.0, (int(switch.get("grace_until") or 0) - now_ms()) / 1000),
+        )
+
+    async def failed(job: Job) -> None:
+        """The switch failed for good: before the switch, it is undone (the container keeps its model and
+        writes stop reaching the new index); after it, the clean-up is scheduled as on success."""
+        container_id = str(job.payload.get("container_id"))
+        for _ in range(_WRITE_ATTEMPTS):
+            container = await _ours(svc, container_id, job.job_id)
+            if container is None:
+                return
+            switch = container.embedding_switch or {}
+            if switch.get("state") == SWITCHED:
+                await schedule_cleanup(container_id, job.job_id, job.owner_id, switch)
+                return
+            try:
+                await write_record(svc, without_switch(container))
+            except Conflict:
+                continue
+            await drop_target(svc, container_id, switch)
+            return
+
     async def run(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         container_id = str(payload["container_id"])
         await ctx.set_stage("copy")
@@ -185,15 +217,7 @@ def register_embedding_switch(runner: JobRunner, svc: Services) -> None:
             container = switched
         switch = container.embedding_switch or {}
         await ctx.set_stage("schedule-cleanup")
-        delay_s = max(0.0, (int(switch.get("grace_until") or 0) - now_ms()) / 1000)
-        await runner.queue.enqueue(
-            CLEANUP_KIND,
-            {"container_id": container_id, "switch_job_id": ctx.job_id},
-            subject=f"{subject(container_id)}:cleanup",
-            owner_id=ctx.owner_id,
-            job_id=f"{ctx.job_id}-cleanup",
-            delay_s=delay_s,
-        )
+        await schedule_cleanup(container_id, ctx.job_id, ctx.owner_id, switch)
         return {
             "copied": int(ctx.progress.get("copied") or 0),
             "total": int(ctx.progress.get("total") or 0),
@@ -230,5 +254,5 @@ def register_embedding_switch(runner: JobRunner, svc: Services) -> None:
             return {"old_index": source, "deleted": int(deleted.get("deleted", 0))}
         raise PermanentJobError("the memory container kept changing", stage="end-dual-writes")
 
-    runner.register(KIND, run)
+    runner.register(KIND, run, on_failed=failed)
     runner.register(CLEANUP_KIND, cleanup)

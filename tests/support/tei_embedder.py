@@ -6,7 +6,7 @@
 dimensions (a model's URL is ``url_for(n)``). A text's vector is a pseudo-random one seeded by the text's
 SHA-256: the same text always gets the same vector, so a search for a memory's own text finds it with
 cosine 1, and two different texts are nearly orthogonal. ``delay_s[n]`` slows each call of one dimension
-(a long copy a test can interrupt)."""
+(a long copy a test can interrupt); ``failing`` makes a dimension's calls answer 503."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ class TeiEmbedder:
         self.calls: dict[int, int] = {}
         self.texts: dict[int, int] = {}
         self.delay_s: dict[int, float] = {}
+        # Dimensions whose calls answer 503 (a provider that is down).
+        self.failing: set[int] = set()
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -51,6 +53,8 @@ class TeiEmbedder:
                 {"error": "inputs must be strings", "error_type": "Validation"}, status=422
             )
         self.calls[dimension] = self.calls.get(dimension, 0) + 1
+        if dimension in self.failing:
+            return web.json_response({"error": "overloaded", "error_type": "Overloaded"}, status=503)
         self.texts[dimension] = self.texts.get(dimension, 0) + len(inputs)
         if self.delay_s.get(dimension):
             await asyncio.sleep(self.delay_s[dimension])
