@@ -32,6 +32,7 @@ from proxy.api.request_ids import echo_request_id, request_id_middleware
 from proxy.app_keys import DRAINING, EMBEDDERS, IDENTITY, JOBS, METRICS, SERVICES, SETTINGS, STARTED_AT, STORE
 from proxy.config import Settings
 from proxy.core.cache import Caches
+from proxy.core.embedding_switch_jobs import register_embedding_switch
 from proxy.core.erasure import register_erasure
 from proxy.core.identity import Identity
 from proxy.core.infer.jobs import register_infer
@@ -174,6 +175,7 @@ async def _jobs_ctx(app: web.Application) -> AsyncIterator[None]:
     register_infer(app[JOBS], app[SERVICES])
     register_erasure(app[JOBS], app[SERVICES])
     register_retention(app[JOBS], app[SERVICES])
+    register_embedding_switch(app[JOBS], app[SERVICES])
     yield
 
 

@@ -55,7 +55,7 @@ NOT_RUN = {("POST", "/_plugins/_ml/memory_containers/_memproxy_erase")}
 # Examples per operation and pass (a generated pass, and one that names objects that exist): about 4,900
 # requests, a minute here (three at most with the machine's two shared cores busy).
 MAX_EXAMPLES = 40
-GENERATED_REQUESTS = 7724
+GENERATED_REQUESTS = 8204
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
 
 

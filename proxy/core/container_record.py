@@ -16,9 +16,21 @@ from proxy.core.configuration import has_embedding
 from proxy.core.query import DEFAULT_VECTOR_FIELD
 from proxy.errors import BadRequest, NotFound
 
-__all__ = ["MEMORY_TYPES", "Container", "ContainerNotFound", "parse_memory_type"]
+__all__ = [
+    "LONG_TERM_INDEX_KEY",
+    "MEMORY_TYPES",
+    "SWITCH_KEY",
+    "Container",
+    "ContainerNotFound",
+    "parse_memory_type",
+]
 
 MEMORY_TYPES = ("sessions", "working", "long-term", "history")
+# memproxy's own keys of the container document (never in an ml-commons answer, which lists its keys):
+# the long-term index of a container whose embedding model was switched (its model's index beside the
+# family's), and the state of a switch under way (proxy.core.embedding_switch).
+LONG_TERM_INDEX_KEY = "memproxy_long_term_index"
+SWITCH_KEY = "memproxy_embedding_switch"
 
 
 class ContainerNotFound(NotFound):
@@ -85,7 +97,17 @@ class Container:
             "long-term": self.embedder_id is not None,
             "history": self.embedder_id is not None and not cfg.get("disable_history", False),
         }[memory_type]
-        return self.index_base + memory_type if enabled else None
+        if not enabled:
+            return None
+        if memory_type == "long-term" and isinstance(self.extra.get(LONG_TERM_INDEX_KEY), str):
+            return str(self.extra[LONG_TERM_INDEX_KEY])
+        return self.index_base + memory_type
+
+    @property
+    def embedding_switch(self) -> dict[str, Any] | None:
+        """The embedding-model switch under way (its job, state, source and target), if any."""
+        found = self.extra.get(SWITCH_KEY)
+        return dict(found) if isinstance(found, Mapping) else None
 
     def vector_fields(self) -> list[tuple[str, str]]:
         """(knn field, embedder id) pairs: ``memory_embedding`` for the configured model, then one

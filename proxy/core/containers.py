@@ -19,6 +19,7 @@ from proxy.core.configuration import complete_for_create, merge_update, validate
 from proxy.core.container_indices import create_memory_indices, prepare_long_term
 from proxy.core.container_record import MEMORY_TYPES, Container, ContainerNotFound, parse_memory_type
 from proxy.core.index_families import FamilyClaim, check_family_names, claim_family, split_shared
+from proxy.core.longterm_mirror import drop_mirror
 from proxy.core.retention.policy import OPT_OUT_KEY
 from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
@@ -272,6 +273,8 @@ async def delete_container(
     result = await docs.delete_doc(svc.store, CONTAINER_INDEX, container_id, refresh=True)
     svc.caches.containers.invalidate(container_id)
     svc.caches.access_changed()
+    # An embedding switch under way: its other index holds the container's memories too.
+    await drop_mirror(svc, container)
     # The container is also a GoodMem space, whichever API deletes it: its memory records and grants go
     # with it, or they would linger unreachable in GoodMem's indices.
     await _purge_goodmem_documents(svc, container_id)

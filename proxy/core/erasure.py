@@ -25,6 +25,7 @@ from proxy.core.container_record import MEMORY_TYPES, Container
 from proxy.core.containers import get_container
 from proxy.core.infer.jobs import INFER_JOB
 from proxy.core.jobs import Job, JobContext, JobQueue, JobRunner
+from proxy.core.longterm_mirror import mirror_deleted
 from proxy.core.services import Services
 from proxy.errors import NotFound
 from proxy.store import memories as docs
@@ -307,6 +308,9 @@ class NamespaceUserScope:
             for batch in chunks(ids)
         ]
 
+    def _containers_by_id(self) -> dict[str, Container]:
+        return {c.id: c for c in self.containers}
+
     def _job_matches(self) -> list[JobMatch]:
         ids = frozenset(c.id for c in self.containers)
         return [JobMatch(INFER_JOB, ("payload.container_id", "payload.namespace"), ids, self.user_id)]
@@ -351,6 +355,11 @@ class NamespaceUserScope:
                     ignore_missing=True,
                 )
                 tally.add(target.index, int(result.get("deleted") or 0), ids)
+                # An embedding switch under way holds a second copy of each: erase it too (while copying,
+                # a tombstone stops the copy from writing it again).
+                for container_id, erased in by_container.items():
+                    if (container := self._containers_by_id().get(container_id)) is not None:
+                        await mirror_deleted(svc, container, erased)
                 await tally.checkpoint()
         for memory_type in ("working", "sessions"):
             for target in self.targets(memory_type):
@@ -395,7 +404,7 @@ def job_tally(ctx: JobContext) -> Tally:
     step of this one."""
 
     async def save(tally: Tally) -> None:
-        await ctx.save_progress(tally.to_json())
+        await ctx.set_progress(tally.to_json())
 
     tally = Tally.from_json(ctx.progress)
     tally.saver = save

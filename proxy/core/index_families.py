@@ -55,6 +55,18 @@ def _names(container: Container) -> dict[str, str]:
     return {t: name for t in MEMORY_TYPES if (name := container.index_name(t)) is not None}
 
 
+def _used_names(container: Container) -> set[str]:
+    """Every index the container's documents are in: its own, and both of an embedding switch under way
+    (the old one is still written to during the grace period)."""
+    names = set(_names(container).values())
+    switch = container.embedding_switch or {}
+    for side in ("source", "target"):
+        index = (switch.get(side) or {}).get("index")
+        if isinstance(index, str):
+            names.add(index)
+    return names
+
+
 def check_family_names(container: Container) -> None:
     """400 unless every index name a non-system container resolves to is a valid, visible name of its own
     (system names are formed by memproxy and need no check)."""
@@ -110,8 +122,9 @@ async def family_users(
         hits = page["hits"]["hits"]
         for hit in hits:
             other = Container.from_hit(hit)
-            for memory_type, name in mine.items():
-                if other.index_name(memory_type) == name:
+            used = _used_names(other)
+            for name in mine.values():
+                if name in used:
                     users[name].append(other)
         if len(hits) < _PAGE or (enough is not None and all(users[n] for n in enough)):
             return users

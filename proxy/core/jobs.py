@@ -129,8 +129,8 @@ class Job:
     stages: tuple[dict[str, Any], ...] = ()
     # The attempts that ended, oldest first (:func:`attempt_record`): at most HISTORY_LIMIT.
     history: tuple[dict[str, Any], ...] = ()
-    # What the handler saved of its work so far (``JobContext.save_progress``), kept across attempts, so a
-    # retry can go on from it (stored, not indexed; not shown by ``view``).
+    # The handler's checkpoint (``JobContext.set_progress``): kept across attempts, so a handler resumes
+    # where the last attempt got to instead of from the start.
     progress: dict[str, Any] | None = None
 
     @property
@@ -187,6 +187,7 @@ class Job:
             "result": self.result,
             "stages": list(self.stages),
             "history": list(self.history),
+            "progress": self.progress,
         }
 
     def with_attempt(
@@ -308,8 +309,8 @@ class JobContext:
         self.worker = worker
         self.stage: str | None = None
         self._stages: list[dict[str, Any]] = []
-        # What an earlier attempt saved (None on a first attempt, or when none did).
-        self.progress: dict[str, Any] | None = job.progress
+        # The checkpoint the last attempt stored (empty on a first attempt).
+        self.progress: dict[str, Any] = dict(job.progress or {})
 
     @property
     def stages(self) -> list[dict[str, Any]]:
@@ -321,18 +322,19 @@ class JobContext:
         """No retry follows a failure of this attempt (a handler may record the failure itself)."""
         return self.attempt >= self.max_attempts
 
-    async def save_progress(self, progress: Mapping[str, Any]) -> None:
-        """Keep ``progress`` on the job (an attempt that follows this one finds it as ``progress``), through
-        the lease: raises :class:`LeaseLost` when the job is no longer this process's."""
-        self.progress = dict(progress)
-        await self._lease.write({"progress": self.progress}, refresh=False)
-
     async def set_stage(self, stage: str) -> None:
         """Record the step the handler is at (shown by the job; a failure names it as ``failure_stage``).
         Raises :class:`LeaseLost` when the job is no longer this process's."""
         self.stage = stage
         self._stages.append({"stage": stage, "at": now_ms()})
         await self._lease.write({"stage": stage, "stages": self._stages})
+
+    async def set_progress(self, progress: Mapping[str, Any]) -> None:
+        """Store the handler's checkpoint (``progress`` on the job, and ``ctx.progress`` of the next
+        attempt): a resumed job starts from it. It also renews the lease. Raises :class:`LeaseLost` when
+        the job is no longer this process's, so work past a lost lease stops at its next checkpoint."""
+        self.progress = dict(progress)
+        await self._lease.write({"progress": self.progress}, refresh=False)
 
 
 JobHandler = Callable[[dict[str, Any], JobContext], Awaitable[Mapping[str, Any] | None]]

@@ -20,6 +20,7 @@ from typing import Any
 
 from proxy.core.clock import now_ms
 from proxy.core.container_record import Container
+from proxy.core.longterm_mirror import ids_matching, mirror_deleted, sync_mirror
 from proxy.core.services import Services
 from proxy.errors import BadRequest
 from proxy.filters import index_metadata
@@ -170,14 +171,24 @@ async def write_long_term(
             if result.get("errors"):
                 failed = next(item for item in items if item.get("status", 500) >= 300)
                 raise node_error(int(failed.get("status", 500)), failed.get("error") or {"type": "exception"})
+        # An embedding switch under way: the same memories, embedded by the other model, in its index.
+        await sync_mirror(svc, container, ids, refresh=refresh)
     except BaseException:
         upcoming.cancel()
         if upcoming.done() and not upcoming.cancelled():
             upcoming.exception()  # the next slice's own failure, if any: the first one is raised
         if written:
             await _undo(svc, index, container.id, written, refresh)
+            await _undo_mirror(svc, container, written)
         raise
     return ids
+
+
+async def _undo_mirror(svc: Services, container: Container, written: Sequence[str]) -> None:
+    try:
+        await asyncio.shield(sync_mirror(svc, container, written))
+    except Exception:
+        log.exception("could not undo %d mirrored long-term memories after a failure", len(written))
 
 
 async def _undo(
@@ -204,9 +215,11 @@ async def delete_long_term(
         return 0
     selection = all_of([Terms("_id", tuple(ids)) if ids is not None else None, filter])
     try:
+        mirrored = await ids_matching(svc, container, selection)
         result = await docs.delete_by_query(
             svc.store, index, selection, container_id=container.id, refresh=refresh
         )
     except IndexMissing:
         return 0
+    await mirror_deleted(svc, container, mirrored, refresh=refresh)
     return int(result.get("deleted", 0))

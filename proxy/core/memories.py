@@ -18,6 +18,7 @@ from proxy.core.container_record import Container
 from proxy.core.infer import InferRequest
 from proxy.core.infer.summary import session_summary
 from proxy.core.longterm import embed_texts
+from proxy.core.longterm_mirror import ids_matching, mirror_deleted, sync_mirror
 from proxy.core.search import check_caller_dsl
 from proxy.core.services import Services
 from proxy.core.sessions import find_session
@@ -326,7 +327,7 @@ async def update_memory(
     doc.update(applied)
     if any(k in applied for k in _CONTENT_KEYS[memory_type]):
         doc["last_updated_time"] = now_ms()
-    return await docs.index_doc(
+    result = await docs.index_doc(
         svc.store,
         index,
         doc,
@@ -335,13 +336,19 @@ async def update_memory(
         if_seq_no=found.get("_seq_no"),
         if_primary_term=found.get("_primary_term"),
     )
+    if memory_type == "long-term":
+        await sync_mirror(svc, container, [str(found["_id"])], refresh=True)
+    return result
 
 
 async def delete_memory(
     svc: Services, container: Container, memory_type: str, memory_id: str
 ) -> dict[str, Any]:
     index, found = await _load(svc, container, memory_type, memory_id)
-    return await docs.delete_doc(svc.store, index, str(found["_id"]), refresh=False, routing=container.id)
+    result = await docs.delete_doc(svc.store, index, str(found["_id"]), refresh=False, routing=container.id)
+    if memory_type == "long-term":
+        await mirror_deleted(svc, container, [str(found["_id"])])
+    return result
 
 
 # --- search and delete by query --------------------------------------------------------------------
@@ -401,4 +408,7 @@ async def delete_by_query(
             f"Invalid memory type or memory type is disabled: {memory_type}", os_type="status_exception"
         )
     check_caller_dsl(svc, selection, where="query")
-    return await docs.delete_by_query(svc.store, index, selection, container_id=container.id, refresh=True)
+    mirrored = await ids_matching(svc, container, selection) if memory_type == "long-term" else []
+    result = await docs.delete_by_query(svc.store, index, selection, container_id=container.id, refresh=True)
+    await mirror_deleted(svc, container, mirrored, refresh=True)
+    return result

@@ -132,10 +132,11 @@ def render_memory_index(
     return body
 
 
-# Every memory index of every container, whatever its prefix (system indices need expand_wildcards=all).
+# Every memory index of every container, whatever its prefix (system indices need expand_wildcards=all);
+# ``long-term-*``: the long-term indices of the embedding models containers switched to (docs/data-model.md).
 MEMORY_INDEX_PATTERN = ",".join(
     f"{prefix}-memory-{kind}"
-    for kind in ("long-term", "working", "sessions", "history")
+    for kind in ("long-term", "long-term-*", "working", "sessions", "history")
     for prefix in (".plugins-ml-am-*", "*")
 )
 

@@ -22,10 +22,17 @@ _WILDCARDS = {"expand_wildcards": "all"}
 
 
 async def pages(
-    store: Store, index: str, selection: Filter, *, size: int = 500
+    store: Store,
+    index: str,
+    selection: Filter,
+    *,
+    size: int = 500,
+    after: Sequence[Any] | None = None,
+    source: bool = True,
 ) -> AsyncIterator[list[dict[str, Any]]]:
-    """The hits (``_id``, ``_source``) of ``index`` that ``selection`` matches, ``size`` at a time, by id;
-    nothing when the index does not exist."""
+    """The hits (``_id``, ``_source``, and ``sort``: the cursor) of ``index`` that ``selection`` matches,
+    ``size`` at a time, by id; nothing when the index does not exist. ``after``: start past this cursor (a
+    hit's ``sort``), resuming an earlier read; ``source=False``: ids only."""
     try:
         opened = await store.request(
             "POST", url(index, "_search", "point_in_time"), params={"keep_alive": _KEEP_ALIVE, **_WILDCARDS}
@@ -39,6 +46,10 @@ async def pages(
         "sort": [{"_id": "asc"}],
         "track_total_hits": False,
     }
+    if not source:
+        body["_source"] = False
+    if after is not None:
+        body["search_after"] = list(after)
     try:
         while True:
             body["pit"] = {"id": pit_id, "keep_alive": _KEEP_ALIVE}

@@ -364,6 +364,31 @@ class TransferredSpace(_Out):
     space: Space
 
 
+class SwitchEmbedder(_In):
+    embedderId: str = Field(description="memproxy: the embedder to re-embed the space's memories with")
+    gracePeriodSeconds: float | None = Field(
+        None, description="how long the old index is kept after the switch (default 300, at most 30 days)"
+    )
+
+
+class EmbedderSwitchStarted(_Out):
+    jobId: str
+    status: str
+
+
+class EmbedderSwitch(_Out):
+    jobId: str
+    state: str
+    stage: str | None = None
+    switchState: str
+    embedderId: str | None = None
+    copied: int
+    total: int
+    etaSeconds: float | None = None
+    attempts: int
+    errors: list[str]
+
+
 class SpaceQuery(Paging):
     ownerId: str | None = None
     nameFilter: str | None = None
@@ -956,6 +981,17 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         "Give a space to another user (its owner or an administrator)",
         {200: TransferredSpace},
         body=TransferOwnership,
+    ),
+    ("POST", "/v1/spaces/{id}:switchEmbedder"): Operation(
+        "memproxy: re-embed the space's memories with another first embedder, without downtime (a job)",
+        {200: EmbedderSwitchStarted},
+        body=SwitchEmbedder,
+    ),
+    ("GET", "/v1/spaces" + _ID + "/embedderSwitch"): Operation(
+        "memproxy: the progress of the space's latest embedder switch", {200: EmbedderSwitch}
+    ),
+    ("POST", "/v1/spaces/{id}:cancelEmbedderSwitch"): Operation(
+        "memproxy: cancel an embedder switch before it switched", {200: EmbedderSwitchStarted}
     ),
     # memories
     ("POST", "/v1/memories"): Operation(

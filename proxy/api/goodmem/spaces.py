@@ -26,6 +26,8 @@ from proxy.api.goodmem.wire import (
     uuid_or_none,
     wire_field,
 )
+from proxy.app_keys import JOBS
+from proxy.core import embedding_switch
 from proxy.core.goodmem import spaces as core
 from proxy.core.goodmem.chunking import DEFAULT_CHUNKING, ChunkingConfig, parse_chunking
 from proxy.core.goodmem.ids import check_uuid
@@ -194,3 +196,81 @@ async def delete(request: web.Request) -> web.Response:
     who = await principal(request)
     await core.delete_space(goodmem(request), who, request.match_info["id"])
     return web.Response(status=204)
+
+
+# --- memproxy's extension: switching a space's (first) embedder, proxy.core.embedding_switch -------------
+
+
+def _grace(value: Any) -> float:
+    if value is None:
+        return embedding_switch.DEFAULT_GRACE_S
+    grace = json_number(value, "gracePeriodSeconds")
+    if grace is None or not 0 <= grace <= 30 * 86_400:
+        raise BadRequest("gracePeriodSeconds must be between 0 and 2592000 (30 days)")
+    return grace
+
+
+def _embedder_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("embedderId is required")
+    return value.strip()
+
+
+class SwitchEmbedderBody(WireModel):
+    embedder_id: Annotated[str, BeforeValidator(_embedder_id)] = wire_field("embedderId")
+    grace_period_s: Annotated[float, BeforeValidator(_grace)] = wire_field("gracePeriodSeconds")
+
+    def to_core(self) -> embedding_switch.SwitchRequest:
+        return embedding_switch.SwitchRequest(self.embedder_id, grace_period_s=self.grace_period_s)
+
+
+def _switch_json(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """The core's progress in GoodMem's camelCase."""
+    keys = {
+        "task_id": "jobId",
+        "state": "state",
+        "stage": "stage",
+        "switch_state": "switchState",
+        "embedding_model_id": "embedderId",
+        "copied": "copied",
+        "total": "total",
+        "eta_s": "etaSeconds",
+        "attempts": "attempts",
+        "errors": "errors",
+        "created_time": "createdAt",
+        "last_updated_time": "updatedAt",
+        "grace_until": "graceUntil",
+        "error": "error",
+    }
+    return {wire: progress[key] for key, wire in keys.items() if key in progress}
+
+
+@routes.post("/v1/spaces/{id}:switchEmbedder")
+async def switch_embedder(request: web.Request) -> web.Response:
+    """Re-embed the space's memories with another embedder without downtime: a durable job."""
+    who = await principal(request)
+    gm = goodmem(request)
+    space = await core.read_space(gm, who, request.match_info["id"], "UPDATE_SPACE")
+    req = SwitchEmbedderBody.parse(await json_body(request)).to_core()
+    queue = request.app[JOBS].queue
+    job = await embedding_switch.start_switch(gm.svc, queue, space.id, req, owner_id=who.user_id)
+    return reply({"jobId": job.job_id, "status": "CREATED"})
+
+
+@routes.get("/v1/spaces/{id}/embedderSwitch")
+async def embedder_switch(request: web.Request) -> web.Response:
+    who = await principal(request)
+    gm = goodmem(request)
+    space = await core.read_space(gm, who, request.match_info["id"])
+    return reply(
+        _switch_json(await embedding_switch.switch_progress(gm.svc, request.app[JOBS].queue, space.id))
+    )
+
+
+@routes.post("/v1/spaces/{id}:cancelEmbedderSwitch")
+async def cancel_embedder_switch(request: web.Request) -> web.Response:
+    who = await principal(request)
+    gm = goodmem(request)
+    space = await core.read_space(gm, who, request.match_info["id"], "UPDATE_SPACE")
+    cancelled = await embedding_switch.cancel_switch(gm.svc, request.app[JOBS].queue, space.id)
+    return reply({"jobId": cancelled["task_id"], "status": cancelled["status"]})

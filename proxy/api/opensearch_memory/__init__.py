@@ -28,7 +28,15 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from proxy.api.opensearch_memory import containers, erasure, memories, models, retention, search
+from proxy.api.opensearch_memory import (
+    containers,
+    embedding_switch,
+    erasure,
+    memories,
+    models,
+    retention,
+    search,
+)
 from proxy.api.opensearch_memory.common import Handler, load_container
 from proxy.app_keys import IDENTITY, PRINCIPAL
 from proxy.core.container_record import ContainerNotFound
@@ -54,6 +62,9 @@ ROUTES: Sequence[tuple[tuple[str, ...], str, Handler]] = (
     (("DELETE",), _C, containers.delete),
     (("POST",), _C + "/_memproxy_erase", erasure.erase_in_container),
     (("POST",), _C + "/_retention/_dry_run", retention.dry_run),
+    (("POST",), _C + "/_memproxy_switch_embedding", embedding_switch.start),
+    (("GET",), _C + "/_memproxy_switch_embedding", embedding_switch.progress),
+    (("DELETE",), _C + "/_memproxy_switch_embedding", embedding_switch.cancel),
     (("POST",), _C + "/memories", memories.add_memory),
     (("POST",), _C + "/memories/sessions", memories.create_session),
     (("GET", "POST"), _LT + "/_semantic_search", search.semantic_search),
@@ -73,16 +84,19 @@ _ADD = ("CREATE_MEMORY", "User doesn't have permissions to add memory to this co
 _SEARCH = ("READ_MEMORY", "User doesn't have permissions to search memories in this container")
 _DELETE = ("DELETE_MEMORY", "User doesn't have permissions to delete memories in this container")
 
+_READ_SPACE = ("READ_SPACE", "User doesn't have privilege to perform this operation on this memory container")
+_UPDATE_SPACE = ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container")
+
 # (method, path) → (space operation, ml-commons' 403 reason) for every route that names a container.
 ACCESS: Mapping[tuple[str, str], tuple[str, str]] = {
-    ("GET", _C): (
-        "READ_SPACE",
-        "User doesn't have privilege to perform this operation on this memory container",
-    ),
-    ("PUT", _C): ("UPDATE_SPACE", "User doesn't have permissions to update memories in this container"),
+    ("GET", _C): _READ_SPACE,
+    ("PUT", _C): _UPDATE_SPACE,
     ("DELETE", _C): ("DELETE_SPACE", "Only container owner can delete container"),
     ("POST", _C + "/_memproxy_erase"): _DELETE,
     ("POST", _C + "/_retention/_dry_run"): _SEARCH,
+    ("POST", _C + "/_memproxy_switch_embedding"): _UPDATE_SPACE,
+    ("GET", _C + "/_memproxy_switch_embedding"): _READ_SPACE,
+    ("DELETE", _C + "/_memproxy_switch_embedding"): _UPDATE_SPACE,
     ("POST", _C + "/memories"): _ADD,
     ("POST", _C + "/memories/sessions"): _ADD,
     ("GET", _LT + "/_semantic_search"): _SEARCH,

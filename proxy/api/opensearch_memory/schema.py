@@ -352,6 +352,32 @@ class RetentionExecuted(_Out):
     status: Literal["triggered", "already_running", "retention_disabled"]
 
 
+class SwitchEmbedding(_In):
+    embedding_model_id: str = Field(description="the model to re-embed the container's memories with")
+    embedding_dimension: int | None = Field(None, description="checked against the model's, when given")
+    grace_period_s: float | None = Field(
+        None, description="how long the old index is kept after the switch (default 300, at most 30 days)"
+    )
+    batch_size: int | None = Field(None, description="memories re-embedded per batch (1-2000, default 256)")
+
+
+class SwitchCreated(_Out):
+    task_id: str
+    status: str
+
+
+class SwitchProgress(_Out):
+    task_id: str
+    state: str
+    stage: str | None = None
+    switch_state: str
+    copied: int
+    total: int
+    eta_s: float | None = None
+    attempts: int
+    errors: list[str]
+
+
 _TYPE = {"memory_type": {"type": "string", "enum": ["sessions", "working", "long-term", "history"]}}
 
 _OPERATIONS: dict[tuple[str, str], Operation] = {
@@ -396,6 +422,17 @@ _OPERATIONS: dict[tuple[str, str], Operation] = {
         {200: EraseAnswer, 409: EraseReceipt},
         body=EraseRequest,
         query=EraseQuery,
+    ),
+    ("POST", _C + "/_memproxy_switch_embedding"): Operation(
+        "memproxy: switch the container's embedding model (a durable job)",
+        {200: SwitchCreated},
+        body=SwitchEmbedding,
+    ),
+    ("GET", _C + "/_memproxy_switch_embedding"): Operation(
+        "memproxy: the progress of the container's latest embedding switch", {200: SwitchProgress}
+    ),
+    ("DELETE", _C + "/_memproxy_switch_embedding"): Operation(
+        "memproxy: cancel an embedding switch before it switched", {200: SwitchCreated}
     ),
     ("POST", _C + "/memories"): Operation(
         "Add a working memory (infer: extract long-term facts)",

@@ -44,6 +44,7 @@ from proxy.core.goodmem.ids import check_uuid, now_ms
 from proxy.core.identity import Principal, require_admin, space_owner_id
 from proxy.core.infer.jobs import INFER_JOB
 from proxy.core.jobs import Job, JobContext, JobRunner
+from proxy.core.longterm_mirror import mirror_of
 from proxy.core.services import Services
 from proxy.errors import BadRequest, Forbidden, NotFound, Unavailable
 from proxy.store import memories as docs
@@ -120,12 +121,16 @@ class _UserScope:
         owned = Not(Terms("space_id", self.space_ids)) if self.space_ids else None
         return all_of([Term("created_by_id", self.user_id), owned])
 
-    def _chunks_of(self, container: Container, memory_ids: Sequence[str]) -> Target | None:
+    def _chunks_of(self, container: Container, memory_ids: Sequence[str]) -> list[Target]:
+        """The memories' chunks in the space's long-term index, and in the second index of an embedding
+        switch under way (``proxy.core.longterm_mirror``), which holds a copy of each."""
         index = container.index_name("long-term")
         if index is None:
-            return None
+            return []
         selection = all_of([Terms("memory_id", tuple(memory_ids)), container_scope([container.id])])
-        return Target(index, selection, (container.id,))
+        mirror = mirror_of(container)
+        indices = [index] if mirror is None or mirror.index == index else [index, mirror.index]
+        return [Target(i, selection, (container.id,)) for i in indices]
 
     async def _container(self, svc: Services, space_id: str) -> Container | None:
         try:
@@ -144,9 +149,8 @@ class _UserScope:
             container = await self._container(svc, space_id)
             for batch in chunks(ids):
                 out.append(Target(PAGES, Terms("memory_id", batch)))
-                chunk_target = self._chunks_of(container, batch) if container is not None else None
-                if chunk_target is not None:
-                    out.append(chunk_target)
+                if container is not None:
+                    out.extend(self._chunks_of(container, batch))
         return out
 
     async def erase_round(self, svc: Services, tally: Tally) -> None:
@@ -164,8 +168,7 @@ class _UserScope:
                 by_space.setdefault(str(source.get("space_id")), []).append(memory_id)
             for space_id, ids in by_space.items():
                 container = await self._container(svc, space_id)
-                chunk_target = self._chunks_of(container, ids) if container is not None else None
-                if chunk_target is not None:
+                for chunk_target in self._chunks_of(container, ids) if container is not None else []:
                     await delete_target(svc, chunk_target, tally)
                 self.erased_records.update((memory_id, space_id) for memory_id in ids)
             memory_ids = tuple(memory_id for memory_id, _ in found)

@@ -25,6 +25,7 @@ from proxy.core.container_record import Container
 from proxy.core.infer.parse import InferError, json_object, read_path
 from proxy.core.infer.prompts import DECISION_SYSTEM, EXTRACTION_SYSTEM, decision_prompt, extraction_prompt
 from proxy.core.longterm import LongTermMemory, embed_texts, long_term_index, write_long_term
+from proxy.core.longterm_mirror import sync_mirror
 from proxy.core.models import ChatModel
 from proxy.core.models.registry import ConnectorModel
 from proxy.core.query import DEFAULT_VECTOR_FIELD, VectorSearch
@@ -335,6 +336,10 @@ async def apply_plan(svc: Services, container: Container, req: InferRequest, pla
         for d in s.decisions:
             if d.event == "DELETE":
                 await docs.delete_doc(svc.store, index, d.memory_id, refresh=True, routing=container.id)
+        # An embedding switch under way: the other model's index follows (adds were mirrored by the write).
+        await sync_mirror(
+            svc, container, [d.memory_id for d in s.decisions if d.event in ("UPDATE", "DELETE")]
+        )
         if history is None:
             continue
         records: list[tuple[Decision | None, dict[str, Any]]] = [

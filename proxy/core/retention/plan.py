@@ -19,6 +19,7 @@ from typing import Any
 
 from proxy.core.clock import now_ms
 from proxy.core.container_record import Container
+from proxy.core.longterm_mirror import mirror_deleted
 from proxy.core.retention.policy import OPT_OUT_KEY, effective_policy
 from proxy.core.retention.settings import RetentionSettings
 from proxy.core.services import Services
@@ -270,5 +271,8 @@ async def execute_plan(svc: Services, container: Container, plan: ContainerPlan)
         index = container.index_name(memory_type)
         ids = plan.types[name].ids
         deleted[name] = await store.delete_ids(svc.store, index, container.id, ids) if index and ids else 0
+        if memory_type == "long-term" and ids:
+            # An embedding switch under way holds a second copy of each long-term memory: evict it too.
+            await mirror_deleted(svc, container, ids)
     await record_orphans(svc, plan)
     return deleted
