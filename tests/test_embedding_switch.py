@@ -569,3 +569,37 @@ def test_a_switch_that_fails_for_good_is_undone(
     finally:
         tei.failing.discard(32)
         proxy.stop()
+
+
+def test_an_erasure_during_a_switch_erases_the_copy_too(
+    switch_proxy: ProxyProcess, tei: TeiEmbedder, node: OpenSearch
+) -> None:
+    """Erasure (proxy.core.erasure) deletes on the container's index in force; a switch under way holds a
+    second copy: in the new index while it copies, in the old one for the grace period after the switch.
+    Neither may keep what was erased."""
+    http = _http(switch_proxy.url)
+    cid = _container(http, "hash64", 64)
+    prefix = _ok(http.get(f"{MC}/{cid}"))["configuration"]["index_prefix"]
+    texts = _texts(600, "erase")
+    ids = _bulk(http, cid, texts)
+    of_user = {u: {i for n, i in enumerate(ids) if n % USERS == u} for u in (1, 2)}
+    tei.delay_s[32] = 0.1
+    try:
+        body = {"embedding_model_id": "hash32", "batch_size": 20, "grace_period_s": 600}
+        _ok(http.post(f"{MC}/{cid}/{SWITCH}", json=body))
+        _wait(http, cid, lambda p: p["copied"] >= 300)  # half copied: u1's first memories are in both
+        receipt = _ok(http.post(f"{MC}/{cid}/_memproxy_erase", json={"user_id": "u1"}))
+        assert receipt["total_deleted"] == len(of_user[1]) and receipt["verification"]["verified"] is True
+    finally:
+        tei.delay_s.pop(32, None)
+    _wait(http, cid, lambda p: p["switch_state"] == "switched")  # the old index is kept for 600 s
+    receipt = _ok(http.post(f"{MC}/{cid}/_memproxy_erase", json={"user_id": "u2"}))
+    assert receipt["total_deleted"] == len(of_user[2])
+    erased = of_user[1] | of_user[2]
+    for index in (_index_of(node, cid), f"{prefix}-memory-long-term"):
+        kept = {h["_id"] for h in _docs(node, index, cid) if h["_source"].get("memory")}
+        assert not kept & erased, (index, sorted(kept & erased)[:5])
+        assert kept == set(ids) - erased, index
+    assert _search(http, cid, texts[1], "u1") == [] and _search(http, cid, texts[2], "u2") == []
+    assert _search(http, cid, texts[3], "u3")[0]["_id"] == ids[3]
+    http.delete(f"{MC}/{cid}", params={"delete_all_memories": "true"})
