@@ -63,6 +63,7 @@ class Call:
     status: int  # 0: no answer (a timeout: a hang)
     ok_shape: bool = True  # an error in its API's shape, with Retry-After
     answered: bool = False  # a search that returned results (or an empty answer) in full
+    detail: str = ""  # an error's answer, for the failure message
 
 
 @dataclass
@@ -102,6 +103,7 @@ def _timed(load: Load, kind: str, path: str, send: Callable[[], httpx.Response])
     call = Call(kind, began, time.monotonic() - began, res.status_code)
     if res.status_code >= 300:
         call.ok_shape = _error_shape_ok(path, res)
+        call.detail = res.text[:500]
     elif kind in ("semantic", "hybrid"):
         call.answered = "hits" in res.json()
     elif kind == "retrieve":
