@@ -21,10 +21,11 @@ calls touch one shard; answers never show ``_routing``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from proxy.store.client import IndexMissing, NodeNotFound, Store, url
+from proxy.store.client import IndexMissing, NodeConflict, NodeNotFound, Store, url
 from proxy.store.encoding import compact_json
 from proxy.store.layout import CONTAINER_FIELD, strip_routing
 from proxy.store.query import Filter
@@ -107,12 +108,34 @@ async def index_doc(
         params["if_seq_no"] = if_seq_no
         params["if_primary_term"] = if_primary_term
     if doc_id is None:
-        result: dict[str, Any] = await store.request(
-            "POST", url(index, "_doc"), body=dict(doc), params=params
-        )
+        try:
+            result: dict[str, Any] = await store.request(
+                "POST", url(index, "_doc"), body=dict(doc), params=params
+            )
+        except NodeConflict as exc:
+            result = await _own_auto_id_write(store, index, exc, refresh)
     else:
         result = await store.request("PUT", url(index, "_doc", doc_id), body=dict(doc), params=params)
     return strip_routing(result)
+
+
+_AUTO_ID_EXISTS = re.compile(r"^\[([^\]]+)\]: version conflict, document already exists")
+
+
+async def _own_auto_id_write(
+    store: Store, index: str, exc: NodeConflict, refresh: bool | str
+) -> dict[str, Any]:
+    """The answer to a write without an id that the node refused as "already exists". The node chose the
+    id, so only this very write can hold it: an attempt of it that the cluster retried inside itself while
+    a node went away (a primary that failed over under it) was carried out already. That is a success, and
+    its id is in the refusal; anything else is the conflict it says it is."""
+    reason = exc.body.get("reason") if isinstance(exc.body, Mapping) else None
+    found = _AUTO_ID_EXISTS.match(reason) if isinstance(reason, str) else None
+    if found is None or exc.os_type != "version_conflict_engine_exception":
+        raise exc
+    if _refresh(refresh) != "false":
+        await store.request("POST", url(index, "_refresh"))
+    return {"_index": index, "_id": found.group(1), "result": "created"}
 
 
 async def get_doc(
