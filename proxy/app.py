@@ -46,6 +46,7 @@ from proxy.core.services import Services
 from proxy.embedding import EmbedderRegistry, EmbedderSpec
 from proxy.embedding.errors import ModelLoadError
 from proxy.embedding.rerank import LocalReranker
+from proxy.errors import MemproxyError
 from proxy.store.client import Store
 from proxy.store.jobs import JobDocs
 from proxy.store.models import ModelDocs
@@ -143,6 +144,15 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         canary=RecallCanary(settings.recall_canary_rate) if settings.recall_canary_rate > 0 else None,
         memory_retention=settings.memory_retention,
     )
+    try:
+        # memproxy's private indices exist from the start, so the pass-through's exclusion of them from an
+        # index-less view (`*,-memproxy-settings*,...`) names something even with `allow_no_indices=false`
+        # (the node refuses an exclusion that matches nothing then). Later writes create it too.
+        await app[SERVICES].retention.docs.ensure()
+    except MemproxyError as exc:
+        log.warning(
+            "memproxy-settings could not be created at start-up (%s); it is created on first use", exc
+        )
     yield
     await registry.close()
     for reranker in local_rerankers.values():

@@ -160,9 +160,12 @@ def world(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
             f"{SLOW}={doubles.url}#provider=openai,model=slow",
             "--model-max-retries",
             "0",
-            # float32, so the cross-encoder's scores match the plain-transformers oracle closely
+            # float32, so the cross-encoder's scores match the plain-transformers oracle closely; one thread,
+            # so the query vector is bit for bit the second process's (cosine_gm)
             "--embed-dtype",
             "float32",
+            "--embed-threads",
+            "1",
         ],
     )
     try:
@@ -450,7 +453,9 @@ def cosine_gm(world: World, opensearch_url: str) -> Iterator[Goodmem]:
             "--reranker",
             f"{TEI}={world.doubles.url}#provider=tei",
             "--embed-dtype",
-            "float32",  # the same query vector as the first process's
+            "float32",  # the same query vector as the first process's: float32 and one thread, as there
+            "--embed-threads",  # (a float32 forward's last bits follow its thread count, docs/embedding.md)
+            "1",
         ],
     )
     gm = Goodmem(base_url=proxy.url, api_key=world.key)

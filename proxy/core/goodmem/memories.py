@@ -60,7 +60,7 @@ from proxy.core.longterm import LongTermMemory, delete_long_term, write_long_ter
 from proxy.errors import BadRequest, Conflict, MemproxyError, NotFound, Unavailable
 from proxy.store.goodmem import MEMORIES
 from proxy.store.query import Term, Terms
-from proxy.store.versioned import Versioned, update_many
+from proxy.store.versioned import Versioned, mget_versioned, update_many
 
 __all__ = [
     "ItemResult",
@@ -355,7 +355,7 @@ async def _write_group(gm: GoodMem, group: list[_Prepared], results: list[ItemRe
     try:
         await write_long_term(gm.svc, container, [c for p in stored for c in p.chunks], refresh=True)
         # 4. COMPLETED, each only if still the version step 2 wrote.
-        done = await update_many(gm.store, MEMORIES, [(v, {"processing_status": COMPLETED}) for _, v in live])
+        done = await _complete(gm, write, [v for _, v in live])
     except Exception as exc:
         if not await roll_back(gm, _interrupted(container, stored, write)):
             _fail(stored, results, exc)
@@ -376,6 +376,34 @@ async def _write_group(gm: GoodMem, group: list[_Prepared], results: list[ItemRe
             )
     if lost:
         await roll_back(gm, _interrupted(container, lost, write))
+
+
+async def _complete(gm: GoodMem, write: str, records: Sequence[Versioned]) -> list[dict[str, Any]]:
+    """Step 4: each record COMPLETED if it is still the version step 2 wrote; each item's outcome.
+
+    A version conflict is not always a clean-up's claim: while a primary fails over, the cluster may have
+    carried out step 2's write twice (its own retry, on the new primary), which moves the record's version
+    without anyone else touching it. So a conflicting record that is still this write's PROCESSING record,
+    unclaimed, is completed at the version it has now; one that changed otherwise stays lost."""
+    updates = [(v, {"processing_status": COMPLETED}) for v in records]
+    done = await update_many(gm.store, MEMORIES, updates)
+    again = [v.id for v, item in zip(records, done, strict=True) if int(item.get("status", 500)) == 409]
+    if not again:
+        return done
+    current = await mget_versioned(gm.store, MEMORIES, again)
+    ours = [
+        v
+        for v in current.values()
+        if v.source.get("write_id") == write and v.source.get("processing_status") == PROCESSING
+    ]
+    retried = dict(
+        zip(
+            (v.id for v in ours),
+            await update_many(gm.store, MEMORIES, [(v, {"processing_status": COMPLETED}) for v in ours]),
+            strict=True,
+        )
+    )
+    return [retried.get(v.id, item) for v, item in zip(records, done, strict=True)]
 
 
 # --- read and delete ---------------------------------------------------------------------------------------
