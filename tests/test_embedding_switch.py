@@ -430,7 +430,9 @@ def test_the_count_check_repairs_what_the_dual_writes_missed(
     ids = _bulk(http, cid, _texts(200, "repair"))
     prefix = _ok(http.get(f"{MC}/{cid}"))["configuration"]["index_prefix"]
     old_index = f"{prefix}-memory-long-term"
-    tei.delay_s[32] = 0.1
+    # Slow enough (10 batches of 0.5 s) that the writes below land while the copy still runs, however busy
+    # the machine: a copy that has already switched would have nothing left to repair.
+    tei.delay_s[32] = 0.5
     try:
         body = {"embedding_model_id": "hash32", "grace_period_s": 1, "batch_size": 20}
         task = _ok(http.post(f"{MC}/{cid}/{SWITCH}", json=body))["task_id"]
