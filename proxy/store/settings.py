@@ -6,11 +6,12 @@ and the retention job's per-container state. Each is one document, read and writ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.store.client import IndexMissing, OpenSearchError, Store, url
+from proxy.store.client import IndexExists, IndexMissing, Store, url
 from proxy.store.memories import delete_doc, get_doc, index_doc
 from proxy.store.templates import render_index_body
 
@@ -41,11 +42,8 @@ class SettingsDocs:
         async with self._lock:
             if self._ensured:
                 return
-            try:
+            with contextlib.suppress(IndexExists):  # another process (or an earlier start) made it
                 await self.store.request("PUT", url(self.index), body=render_index_body("settings"))
-            except OpenSearchError as exc:
-                if exc.os_type != "resource_already_exists_exception":
-                    raise
             self._ensured = True
 
     async def read(self, doc_id: str) -> StateDoc:
