@@ -50,6 +50,7 @@ from proxy.errors import MemproxyError
 from proxy.store.client import Store
 from proxy.store.jobs import JobDocs
 from proxy.store.models import ModelDocs
+from proxy.store.private import ensure_private_indices
 
 __all__ = ["OPENAPI_APIS", "make_app"]
 
@@ -145,14 +146,10 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         memory_retention=settings.memory_retention,
     )
     try:
-        # memproxy's private indices exist from the start, so the pass-through's exclusion of them from an
-        # index-less view (`*,-memproxy-settings*,...`) names something even with `allow_no_indices=false`
-        # (the node refuses an exclusion that matches nothing then). Later writes create it too.
-        await app[SERVICES].retention.docs.ensure()
+        await ensure_private_indices(app[STORE])
     except MemproxyError as exc:
-        log.warning(
-            "memproxy-settings could not be created at start-up (%s); it is created on first use", exc
-        )
+        # Each is created on first use too; until then an index-less view with allow_no_indices=false 404s.
+        log.warning("memproxy's private indices could not all be created at start-up (%s)", exc)
     yield
     await registry.close()
     for reranker in local_rerankers.values():

@@ -8,7 +8,6 @@ later read must see says ``refresh=true``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from proxy.errors import Conflict
 from proxy.filters import render_metadata_mapping
 from proxy.store.client import OpenSearchError, Store, url
 from proxy.store.containers import CONTAINER_INDEX
+from proxy.store.ensured import EnsuredIndices
 from proxy.store.memories import bulk, delete_by_query_deadline, search
 from proxy.store.query import Exists, Filter, Not, Or, Range, Term, Terms, all_of
 from proxy.store.query_dsl import compile_filter
@@ -134,29 +134,13 @@ class GoodMemIndices:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._ensured: set[str] = set()
-        self._lock = asyncio.Lock()
+        self._indices = EnsuredIndices(store, lambda index: _body(index, store.memory_layout))
         # When the core's periodic upkeep last ran in this process (monotonic seconds, by job name).
         self.maintenance: dict[str, float] = {}
 
     async def ensure(self, index: str) -> None:
         """Create ``index`` from its template once per process; extend the mapping of an existing one."""
-        if index in self._ensured:
-            return
-        async with self._lock:
-            if index in self._ensured:
-                return
-            body = _body(index, self.store.memory_layout)
-            try:
-                await self.store.request("PUT", url(index), body=body)
-            except OpenSearchError as exc:
-                if exc.os_type != "resource_already_exists_exception":
-                    raise
-                try:
-                    await self.store.request("PUT", url(index, "_mapping"), body=body["mappings"])
-                except OpenSearchError as mexc:  # an incompatible old mapping: keep serving with it
-                    log.warning("could not extend the mapping of %s: %s", index, mexc.message)
-            self._ensured.add(index)
+        await self._indices.ensure(index)
 
     # --- documents by id ------------------------------------------------------------------------------
 

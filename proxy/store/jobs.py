@@ -8,20 +8,18 @@ exactly one write succeeds and the other gets :class:`~proxy.store.client.NodeCo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.store.client import (
-    IndexExists,
     IndexMissing,
     NodeConflict,
     NodeNotFound,
-    OpenSearchError,
     Store,
     url,
 )
+from proxy.store.ensured import EnsuredIndices
 from proxy.store.memories import delete_by_query, search
 from proxy.store.query import Range, Terms, all_of
 from proxy.store.query_dsl import compile_filter
@@ -50,25 +48,10 @@ class JobDocs:
     def __init__(self, store: Store, index: str = JOBS) -> None:
         self.store = store
         self.index = index
-        self._ensured = False
-        self._lock = asyncio.Lock()
+        self._indices = EnsuredIndices(store, lambda _: render_index_body("jobs"))
 
     async def ensure(self) -> None:
-        """Create the index once per process; extend the mapping of an existing one (a newer template)."""
-        if self._ensured:
-            return
-        async with self._lock:
-            if self._ensured:
-                return
-            body = render_index_body("jobs")
-            try:
-                await self.store.request("PUT", url(self.index), body=body)
-            except IndexExists:
-                try:
-                    await self.store.request("PUT", url(self.index, "_mapping"), body=body["mappings"])
-                except OpenSearchError as exc:  # an incompatible old mapping: keep working with it
-                    log.warning("could not extend the mapping of %s: %s", self.index, exc.message)
-            self._ensured = True
+        await self._indices.ensure(self.index)
 
     async def create(self, job_id: str, doc: Mapping[str, Any]) -> bool:
         """Write a new job; False (and nothing written) when ``job_id`` exists already."""

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.errors import Conflict
 from proxy.store.client import IndexMissing, NodeConflict, OpenSearchError, Store, url
+from proxy.store.ensured import EnsuredIndices
 from proxy.store.memories import get_doc, index_doc, search
 from proxy.store.templates import render_index_body
 
@@ -26,21 +26,10 @@ _MASTER_KEY_ID = "master-key"
 class ModelDocs:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._ensured: set[str] = set()
-        self._lock = asyncio.Lock()
+        self._indices = EnsuredIndices(store, lambda index: render_index_body(_TEMPLATES[index]))
 
     async def ensure(self, index: str = MODELS) -> None:
-        if index in self._ensured:
-            return
-        async with self._lock:
-            if index in self._ensured:
-                return
-            try:
-                await self.store.request("PUT", url(index), body=render_index_body(_TEMPLATES[index]))
-            except OpenSearchError as exc:
-                if exc.os_type != "resource_already_exists_exception":
-                    raise
-            self._ensured.add(index)
+        await self._indices.ensure(index)
 
     async def get(self, doc_id: str) -> dict[str, Any] | None:
         try:

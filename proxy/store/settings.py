@@ -5,13 +5,12 @@ and the retention job's per-container state. Each is one document, read and writ
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.store.client import IndexExists, IndexMissing, Store, url
+from proxy.store.client import IndexMissing, Store
+from proxy.store.ensured import EnsuredIndices
 from proxy.store.memories import delete_doc, get_doc, index_doc
 from proxy.store.templates import render_index_body
 
@@ -33,18 +32,10 @@ class SettingsDocs:
     def __init__(self, store: Store, index: str = SETTINGS_INDEX) -> None:
         self.store = store
         self.index = index
-        self._ensured = False
-        self._lock = asyncio.Lock()
+        self._indices = EnsuredIndices(store, lambda _: render_index_body("settings"))
 
     async def ensure(self) -> None:
-        if self._ensured:
-            return
-        async with self._lock:
-            if self._ensured:
-                return
-            with contextlib.suppress(IndexExists):  # another process (or an earlier start) made it
-                await self.store.request("PUT", url(self.index), body=render_index_body("settings"))
-            self._ensured = True
+        await self._indices.ensure(self.index)
 
     async def read(self, doc_id: str) -> StateDoc:
         """The document (an empty one, unversioned, when absent)."""

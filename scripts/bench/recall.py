@@ -7,7 +7,9 @@ Corpora (issue 26; generated, nothing downloaded; embedding-like low-rank unit v
 * ``namespaces``: the same in 20 namespaces (one namespace ≈ N / 20 memories: under the threshold at 10 k);
 * ``duplicates``: N / 2 distinct memories plus 24 facts each stored many times (50 to 1,500 copies at 10 k,
   scaled with N): identical vectors, which trap Lucene's HNSW walk;
-* ``duplicates-merged``: the same index force-merged to one segment (misses are worst there).
+* ``duplicates-merged``: the same index force-merged to one segment (misses are worst there);
+* the text corpora of :mod:`scripts.bench.recall_texts` (``templated``, ``one-template``,
+  ``templated-duplicates`` and its ``-merged`` stage), embedded by memproxy's model in this process.
 
 Each corpus is one container in a long-term index from memproxy's template; every search goes through
 memproxy's own ``proxy.core.search.vector_search`` (query model, DSL compiler, store) by vector, so the
@@ -47,9 +49,11 @@ from scripts.bench.common import (
     machine_info,
     make_vectors,
     results_name,
+    start_embedders,
     vector_json,
     write_results,
 )
+from scripts.bench.recall_texts import TEXT_CORPORA, duplicate_copies, embed_texts, fresh_queries, text_corpus
 from scripts.bench.scale import DIM, FIELD, batches, force_merge, index_stats
 
 NAMESPACES = 20
@@ -63,8 +67,7 @@ def corpus_vectors(kind: str, n: int, seed: int) -> np.ndarray:
         base = make_vectors("lowrank", n // 2, DIM, seed)
         facts = make_vectors("lowrank", FACTS, DIM, seed + 11)
         # 50 to 1,500 copies per fact at n = 10 k (issue 26's corpus), scaled to n.
-        copies = np.maximum(1, np.round(np.geomspace(50, 1500, FACTS) * n / 10_000 / 2.6)).astype(int)
-        rows = np.concatenate([base, np.repeat(facts, copies, axis=0)])
+        rows = np.concatenate([base, np.repeat(facts, duplicate_copies(n), axis=0)])
         return rows[rng.permutation(len(rows))]
     return make_vectors("lowrank", n, DIM, seed)
 
@@ -80,7 +83,9 @@ def _container(prefix: str) -> Container:
     return Container(str(uuid.uuid4()), "bench-recall", None, 0, 0, config)
 
 
-async def load(node: Node, container: Container, vectors: np.ndarray) -> str:
+async def load(
+    node: Node, container: Container, vectors: np.ndarray, texts: Sequence[str] | None = None
+) -> str:
     index = cast(str, container.index_name("long-term"))
     await node.request(
         "PUT", f"/{index}", render_index_body("long_term", vector_fields=[VectorField(FIELD, DIM)])
@@ -90,7 +95,7 @@ async def load(node: Node, container: Container, vectors: np.ndarray) -> str:
             (
                 f"d{i}",
                 {
-                    "memory": f"memory {i}",
+                    "memory": texts[i] if texts is not None else f"memory {i}",
                     FIELD: vector_json(vectors[i]),
                     "namespace": {"user_id": f"u{i % NAMESPACES}"},
                     "namespace_size": 1,
@@ -159,25 +164,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
     }
     results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "corpora": {}}
+    registry = await start_embedders() if set(args.corpora) & set(TEXT_CORPORA) else None
+    embedder = registry.default if registry is not None else None
     try:
         async with Node(args.url) as node:
             results["opensearch"] = await node.version()
-            for kind in ("diverse", "namespaces", "duplicates"):
-                vectors = corpus_vectors(
-                    "duplicates" if kind == "duplicates" else "lowrank", args.n, args.seed
-                )
-                queries = np.concatenate(
-                    [
-                        vectors[
-                            np.random.default_rng(1).choice(len(vectors), args.queries // 2, replace=False)
-                        ],
-                        make_vectors("lowrank", args.queries - args.queries // 2, DIM, args.seed + 99),
-                    ]
-                )
+            for kind in args.corpora:
+                texts, vectors, queries = await _corpus(kind, args, embedder)
                 container = _container(f"bench-recall-{kind}-{uuid.uuid4().hex[:6]}")
-                index = await load(node, container, vectors)
+                index = await load(node, container, vectors, texts)
                 try:
-                    stages = [kind] if kind != "duplicates" else ["duplicates", "duplicates-merged"]
+                    stages = [kind, f"{kind}-merged"] if kind.endswith("duplicates") else [kind]
                     for stage in stages:
                         if stage.endswith("-merged"):
                             await force_merge(node, index, 1)
@@ -191,7 +188,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for svc in paths.values():
             await svc.store.close()
+        if registry is not None:
+            await registry.close()
     return results
+
+
+async def _corpus(
+    kind: str, args: argparse.Namespace, embedder: Any
+) -> tuple[list[str] | None, np.ndarray, np.ndarray]:
+    """(texts or None, the corpus' vectors, the query vectors: half stored ones, half fresh)."""
+    stored = np.random.default_rng(1).choice
+    fresh = args.queries - args.queries // 2
+    if kind in TEXT_CORPORA:
+        texts = text_corpus(kind, args.n, args.seed)
+        vectors = await embed_texts(embedder, texts)
+        fresh_vectors = await embed_texts(embedder, fresh_queries(kind, fresh, args.seed))
+        picked = vectors[stored(len(vectors), args.queries // 2, replace=False)]
+        return texts, vectors, np.concatenate([picked, fresh_vectors])
+    vectors = corpus_vectors("duplicates" if kind == "duplicates" else "lowrank", args.n, args.seed)
+    picked = vectors[stored(len(vectors), args.queries // 2, replace=False)]
+    return None, vectors, np.concatenate([picked, make_vectors("lowrank", fresh, DIM, args.seed + 99)])
+
+
+CORPORA = ("diverse", "namespaces", "duplicates", *TEXT_CORPORA)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -210,8 +229,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="smoke run: at most 10 k memories, 50 queries, ef 300"
     )
+    p.add_argument(
+        "--corpora",
+        type=lambda t: t.split(","),
+        default=list(CORPORA),
+        help=f"comma-separated, of {','.join(CORPORA)} (default: all; *duplicates adds its -merged stage)",
+    )
     p.add_argument("--tag", default="", help="suffix of the results file name (recall<tag>.json)")
     args = p.parse_args(argv)
+    unknown = set(args.corpora) - set(CORPORA)
+    if unknown:
+        p.error(f"--corpora: unknown {sorted(unknown)}")
     if args.quick:
         args.n, args.queries, args.ef = min(args.n, 10_000), min(args.queries, 50), [300]
     return args

@@ -25,7 +25,7 @@ from proxy.core.retention.settings import RetentionSettings
 from proxy.core.services import Services
 from proxy.store import retention as store
 from proxy.store.query import And, Exists, Filter, MatchAll, Not, Range, Term, Terms
-from proxy.store.settings import SettingsDocs, StateDoc
+from proxy.store.settings import StateDoc
 
 __all__ = [
     "MAX_PER_TYPE",
@@ -215,7 +215,7 @@ async def _working(
         )
         present = {_session_client_id(container, i) for i, _ in existing}
         missing += [s for s in names if s not in present and s not in evicted_set]
-    baselines = (await SettingsDocs(svc.store).read(_orphans_doc(container.id))).source.get(
+    baselines = (await svc.retention.docs.read(_orphans_doc(container.id))).source.get(
         "first_seen"
     ) or {}
     plan.orphan_baselines = {s: int(baselines[s]) for s in missing if s in baselines}
@@ -251,7 +251,7 @@ async def plan_container(svc: Services, container: Container, settings: Retentio
 
 async def record_orphans(svc: Services, plan: ContainerPlan) -> None:
     """Keep the first-observation time of every orphaned session still orphaned (and only those)."""
-    docs = SettingsDocs(svc.store)
+    docs = svc.retention.docs
     doc_id = _orphans_doc(plan.container_id)
     first_seen = {**plan.orphan_baselines, **dict.fromkeys(plan.new_orphans, plan.evaluated_at)}
     read: StateDoc = await docs.read(doc_id)
