@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import threading
 
 from aiohttp import web
 
-from tests.conftest import free_port
+from tests.support.threaded_app import ThreadedApp
 
 __all__ = ["TeiEmbedder", "hashed_vector"]
 
@@ -27,17 +26,14 @@ def hashed_vector(text: str, dimension: int) -> list[float]:
     return [rng.gauss(0.0, 1.0) for _ in range(dimension)]
 
 
-class TeiEmbedder:
+class TeiEmbedder(ThreadedApp):
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__()
         self.calls: dict[int, int] = {}
         self.texts: dict[int, int] = {}
         self.delay_s: dict[int, float] = {}
         # Dimensions whose calls answer 503 (a provider that is down).
         self.failing: set[int] = set()
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     def url_for(self, dimension: int) -> str:
         return f"http://127.0.0.1:{self.port}/{dimension}"
@@ -60,20 +56,7 @@ class TeiEmbedder:
             await asyncio.sleep(self.delay_s[dimension])
         return web.json_response([hashed_vector(t, dimension) for t in inputs])
 
-    async def _start(self) -> None:
+    def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/{dimension:\\d+}/embed", self._embed)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    def __enter__(self) -> TeiEmbedder:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        return app

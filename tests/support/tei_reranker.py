@@ -3,27 +3,22 @@ wire format), served on a free port of 127.0.0.1 from a thread of its own."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 from aiohttp import web
 
-from tests.conftest import free_port
+from tests.support.threaded_app import ThreadedApp
 
 __all__ = ["TeiReranker"]
 
 
-class TeiReranker:
+class TeiReranker(ThreadedApp):
     """TEI's ``POST /rerank``: ``{"query", "texts"}`` → ``[{"index", "score"}]`` sorted by score; the score
     is the share of the query's words found in the text. Records each call's Authorization header."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__()
         self.calls: list[tuple[str | None, dict[str, Any]]] = []
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     @property
     def url(self) -> str:
@@ -39,20 +34,7 @@ class TeiReranker:
         ranked = sorted(enumerate(scores), key=lambda p: -p[1])
         return web.json_response([{"index": i, "score": s} for i, s in ranked])
 
-    async def _start(self) -> None:
+    def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/rerank", self._rerank)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    def __enter__(self) -> TeiReranker:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        return app
