@@ -38,8 +38,10 @@ def test_fresh_queries_are_not_in_the_corpus() -> None:
 @pytest.mark.timeout(300)
 def test_recall_benchmark_runs(opensearch_url: str) -> None:
     args = recall.parse_args(
-        ["--url", opensearch_url, "--n", "300", "--queries", "4", "--ef", "100"]
-        + ["--corpora", "diverse,templated-duplicates", "--tag=-test"]
+        [
+            *("--url", opensearch_url, "--n", "300", "--queries", "4", "--ef", "100"),
+            *("--corpora", "diverse,templated-duplicates", "--tag=-test"),
+        ]
     )
     data = asyncio.run(recall.run(args))
     assert set(data["corpora"]) == {"diverse", "templated-duplicates", "templated-duplicates-merged"}

@@ -19,13 +19,15 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from proxy.api.errors import render_error
+from proxy.api.opensearch_memory.common import search_failures
 from proxy.config import Settings, parse_settings, split_opensearch_urls
-from proxy.errors import Unavailable
+from proxy.errors import MemproxyError, Unavailable
 from proxy.store.client import (
     IndexBlocked,
     NodeOverloaded,
     NodeUnavailable,
     OpenSearchError,
+    SearchCancelled,
     Store,
     node_error,
     translate_error,
@@ -168,6 +170,62 @@ def test_failover_answers_are_retryable_with_retry_after(
 def test_an_ordinary_500_stays_a_500() -> None:
     err = node_error(500, _cause("illegal_state_exception"))
     assert err.status == 500 and "Retry-After" not in err.headers
+
+
+# What the node answers when it cancels a search at ``cancel_after_time_interval`` (3.6.0, measured).
+_CANCELLED = {
+    "root_cause": [
+        {
+            "type": "task_cancelled_exception",
+            "reason": "cancelled task with reason: Cancellation timeout of 30000ms is expired",
+        }
+    ],
+    "type": "search_phase_execution_exception",
+    "reason": "all shards failed",
+    "phase": "query",
+    "failed_shards": [
+        {
+            "shard": 0,
+            "index": "i",
+            "reason": {
+                "type": "task_cancelled_exception",
+                "reason": "cancelled task with reason: Cancellation timeout of 30000ms is expired",
+            },
+        }
+    ],
+}
+
+
+def test_a_search_cancelled_at_the_deadline_is_504_with_retry_after() -> None:
+    err = node_error(500, _CANCELLED)
+    assert isinstance(err, SearchCancelled) and err.status == 504 and int(err.headers["Retry-After"]) >= 1
+    assert "--search-timeout-s" in err.message and err.body == _CANCELLED
+
+
+def test_a_search_cancelled_by_a_person_stays_a_500() -> None:
+    body = _cause("task_cancelled_exception", "cancelled task with reason: by user request")
+    assert type(node_error(500, body)) is OpenSearchError
+
+
+@pytest.mark.parametrize(
+    ("err", "status"),
+    [
+        (node_error(500, _CANCELLED), 504),
+        (node_error(503, _cause("no_shard_available_action_exception")), 503),
+        (node_error(429, _cause("rejected_execution_exception")), 429),
+        (node_error(500, _cause("illegal_state_exception")), 500),
+    ],
+)
+def test_semantic_search_keeps_retryable_statuses_and_wraps_the_rest(
+    err: OpenSearchError, status: int
+) -> None:
+    with pytest.raises(MemproxyError) as raised, search_failures("Semantic search execution failed"):
+        raise err
+    assert raised.value.status == status
+    if status == 500:  # ml-commons' wrapped execution failure
+        assert raised.value.message.startswith("Semantic search execution failed: ")
+    else:
+        assert raised.value is err and raised.value.headers["Retry-After"]
 
 
 def test_an_unreachable_node_is_503_with_retry_after() -> None:

@@ -39,6 +39,7 @@ from proxy.config import Settings
 from proxy.errors import (
     BadRequest,
     Conflict,
+    DeadlineExceeded,
     Forbidden,
     MemproxyError,
     NotFound,
@@ -47,7 +48,7 @@ from proxy.errors import (
     Unavailable,
 )
 from proxy.observability import current_request_id
-from proxy.store.failover import DEAD_S, HostRing, may_resend, never_sent, transient
+from proxy.store.failover import DEAD_S, HostRing, cancelled_at_deadline, may_resend, never_sent, transient
 from proxy.store.layout import IndexLayouts
 from proxy.store.templates import MemoryLayout
 
@@ -64,6 +65,7 @@ __all__ = [
     "NodeUnauthenticated",
     "NodeUnavailable",
     "OpenSearchError",
+    "SearchCancelled",
     "SentRequest",
     "Store",
     "capture_requests",
@@ -160,6 +162,22 @@ class IndexBlocked(NodeUnavailable):
         self.status = Unavailable.status
 
 
+class SearchCancelled(OpenSearchError, DeadlineExceeded):
+    """The node cancelled a search at memproxy's deadline (``--search-timeout-s``, sent as
+    ``cancel_after_time_interval``): the node answers 500 "all shards failed"; memproxy answers 504, a
+    gateway whose upstream did not answer in time, which clients retry (the cluster is busy now, the
+    request is not wrong)."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status, body)
+        self.status = DeadlineExceeded.status
+        self.message = (
+            "The search did not finish within memproxy's search timeout (--search-timeout-s) and the "
+            "cluster cancelled it; retry later"
+        )
+        self.headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE_S)}
+
+
 # The one status → kind map; a few error types refine their status's kind.
 _BY_STATUS: dict[int, type[OpenSearchError]] = {
     400: NodeBadRequest,
@@ -185,6 +203,8 @@ def node_error(status: int, body: Any) -> OpenSearchError:
     cls = _BY_TYPE.get((status, kind)) if isinstance(kind, str) else None
     if cls is None and status >= 500 and status != 503 and transient(body):
         return NodeUnavailable(503, body)
+    if cls is None and status >= 500 and cancelled_at_deadline(body):
+        return SearchCancelled(status, body)
     return (cls or _BY_STATUS.get(status, OpenSearchError))(status, body)
 
 

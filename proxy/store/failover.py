@@ -22,6 +22,7 @@ __all__ = [
     "MAX_DEAD_S",
     "TRANSIENT_TYPES",
     "HostRing",
+    "cancelled_at_deadline",
     "may_resend",
     "never_sent",
     "transient",
@@ -116,24 +117,32 @@ TRANSIENT_TYPES = frozenset(
 )
 
 
-def _error_types(body: Any, depth: int = 0) -> Iterator[str]:
-    """The ``type`` of an error object and of every cause it names (``root_cause``, ``caused_by``, a
-    search's ``failed_shards[].reason``)."""
+def _errors(body: Any, depth: int = 0) -> Iterator[dict[str, Any]]:
+    """An error object and every cause it names (``root_cause``, ``caused_by``, a search's
+    ``failed_shards[].reason``)."""
     if not isinstance(body, dict) or depth > 8:
         return
-    if isinstance(body.get("type"), str):
-        yield body["type"]
+    yield body
     for cause in body.get("root_cause") or ():
-        yield from _error_types(cause, depth + 1)
-    yield from _error_types(body.get("caused_by"), depth + 1)
+        yield from _errors(cause, depth + 1)
+    yield from _errors(body.get("caused_by"), depth + 1)
     for failure in body.get("failed_shards") or ():
         if isinstance(failure, dict):
-            yield from _error_types(failure.get("reason"), depth + 1)
+            yield from _errors(failure.get("reason"), depth + 1)
 
 
 def transient(body: Any) -> bool:
     """The node's error, or one of its causes, is one a retry may not meet once the cluster moved on."""
-    return any(t in TRANSIENT_TYPES for t in _error_types(body))
+    return any(error.get("type") in TRANSIENT_TYPES for error in _errors(body))
+
+
+def cancelled_at_deadline(body: Any) -> bool:
+    """The node cancelled the search at its ``cancel_after_time_interval`` (memproxy's
+    ``--search-timeout-s``): "cancelled task with reason: Cancellation timeout of 30000ms is expired"."""
+    return any(
+        error.get("type") == "task_cancelled_exception" and "Cancellation timeout" in str(error.get("reason"))
+        for error in _errors(body)
+    )
 
 
 class HostRing:

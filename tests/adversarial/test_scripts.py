@@ -205,7 +205,9 @@ def test_a_search_is_cancelled_on_the_node_at_the_deadline(
     res = client.post(f"{MC}/{cid}/memories/working/_search", json=_slow_body(n))
     answered = time.monotonic() - started
     timed_out = res.status_code == 200 and res.json()["timed_out"]
-    assert timed_out or res.status_code >= 500, res.text
+    # Cancelled on the node: a 504 the client may retry, never ml-commons' wrapped 500.
+    cancelled = res.status_code == 504 and int(res.headers["Retry-After"]) >= 1
+    assert timed_out or cancelled, res.text
     gone = _wait_until_gone(opensearch_url, index, within_s=uncancelled_s)
     print(f"uncancelled ≈ {uncancelled_s:.1f} s; answered after {answered:.1f} s ({res.status_code}); "
           f"node idle {gone:.1f} s later")  # fmt: skip

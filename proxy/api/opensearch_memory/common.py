@@ -15,7 +15,7 @@ from proxy.app_keys import SERVICES
 from proxy.core.container_record import Container
 from proxy.core.containers import get_container
 from proxy.core.services import Services
-from proxy.errors import BadRequest, MemproxyError
+from proxy.errors import BadRequest, DeadlineExceeded, MemproxyError, Overloaded, Unavailable
 from proxy.store.client import NodeBadRequest, OpenSearchError
 
 __all__ = [
@@ -156,12 +156,16 @@ def _refused_argument(exc: OpenSearchError) -> bool:
 
 @contextmanager
 def search_failures(prefix: str) -> Iterator[None]:
-    """Node failures during a search: refusals of the source stay 400, execution failures (and anything
-    else) become ml-commons' wrapped 500."""
+    """Node failures during a search: refusals of the source stay 400; a cluster that cannot answer now
+    (503 unavailable, 429 overloaded, 504 cancelled at the search deadline) keeps its status and
+    Retry-After, so clients retry instead of giving up on a 500 (issue 25: never a 500 during a failover);
+    execution failures (and anything else) become ml-commons' wrapped 500."""
     try:
         yield
     except OpenSearchError as exc:
         if isinstance(exc, NodeBadRequest) and (exc.os_type != EXECUTION_FAILURE or _refused_argument(exc)):
+            raise
+        if isinstance(exc, Unavailable | Overloaded | DeadlineExceeded):
             raise
         cause = exc.body if isinstance(exc.body, dict) else {"type": "exception", "reason": str(exc.body)}
         raise MemproxyError(

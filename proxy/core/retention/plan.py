@@ -215,9 +215,7 @@ async def _working(
         )
         present = {_session_client_id(container, i) for i, _ in existing}
         missing += [s for s in names if s not in present and s not in evicted_set]
-    baselines = (await svc.retention.docs.read(_orphans_doc(container.id))).source.get(
-        "first_seen"
-    ) or {}
+    baselines = (await svc.retention.docs.read(_orphans_doc(container.id))).source.get("first_seen") or {}
     plan.orphan_baselines = {s: int(baselines[s]) for s in missing if s in baselines}
     plan.new_orphans = [s for s in missing if s not in baselines]
     due = [s for s, seen in plan.orphan_baselines.items() if seen + settings.orphan_ttl_days * DAY_MS <= now]
