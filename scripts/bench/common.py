@@ -46,6 +46,19 @@ class Stopwatch:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
 
 
+class HttpStatusError(RuntimeError):
+    """An answer outside the statuses a call accepts; ``retryable`` for 429/503/504 (memproxy's "retry
+    later": a busy or failing-over cluster, a search cancelled at its deadline)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in (429, 503, 504)
+
+
 def percentile_ms(latencies_s: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(latencies_s, dtype=np.float64), q) * 1000.0) if latencies_s else 0.0
 
@@ -293,7 +306,7 @@ class Node:
         ) as resp:
             raw = await resp.read()
             if resp.status not in ok:
-                raise RuntimeError(f"{method} {path} -> {resp.status}: {raw[:2000]!r}")
+                raise HttpStatusError(resp.status, f"{method} {path} -> {resp.status}: {raw[:2000]!r}")
             return json.loads(raw) if raw else None
 
     async def delete_index(self, index: str) -> None:
@@ -542,14 +555,14 @@ class Proxy:
         async with self.session.request(method, self.url + path, json=body, headers=headers) as resp:
             raw = await resp.read()
             if resp.status not in ok:
-                raise RuntimeError(f"{method} {path} -> {resp.status}: {raw[:2000]!r}")
+                raise HttpStatusError(resp.status, f"{method} {path} -> {resp.status}: {raw[:2000]!r}")
             return json.loads(raw) if raw else None
 
     async def ndjson(self, path: str, body: Any) -> list[dict[str, Any]]:
         async with self.session.post(self.url + path, json=body, headers=self.auth_headers) as resp:
             raw = await resp.read()
             if resp.status != 200:
-                raise RuntimeError(f"POST {path} -> {resp.status}: {raw[:2000]!r}")
+                raise HttpStatusError(resp.status, f"POST {path} -> {resp.status}: {raw[:2000]!r}")
         return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
     async def default_embedder(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from proxy.store.containers import CONTAINER_INDEX
@@ -66,6 +67,7 @@ from scripts.bench.tenants_measure import (
     latency,
     node_recall,
     recall_sample,
+    warm_up,
 )
 from scripts.bench.tenants_report import report
 
@@ -242,8 +244,9 @@ async def _measure(
         for targets in classes.values():
             for target in targets.values():
                 for api in ("semantic_search", "goodmem_retrieve"):
+                    await warm_up(api_call(proxy, api, target, texts[0], args.k))
                     calls = [api_call(proxy, api, target, t, args.k) for t in texts[: args.warm_up]]
-                    await run_concurrent(calls, 4)
+                    await run_concurrent([partial(warm_up, c) for c in calls], 4)
     with watch.phase("latency"):
         series = await latency(proxy, classes, texts, args)
     with watch.phase("answer checks"):

@@ -6,6 +6,8 @@ recall@k against an exact numpy oracle. Used by ``scripts/bench/tenants.py``.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,7 @@ from tqdm import tqdm
 from proxy.store.query import Term
 from proxy.store.query_dsl import compile_filter, vector_search_body
 from scripts.bench.common import (
+    HttpStatusError,
     Node,
     Proxy,
     exact_top_k,
@@ -72,6 +75,35 @@ def api_call(proxy: Proxy, api: str, target: Target, text: str, k: int) -> Calla
 class Series:
     latencies: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    # Answers 429/503/504 by status: counted and reported, not a crash of an hour's run (their latency
+    # is in ``latencies`` too: a client waited that long for its "retry later").
+    errors: dict[int, int] = field(default_factory=dict)
+
+
+def counted(call: Callable[[], Awaitable[Hits]], series: Series) -> Callable[[], Awaitable[Hits]]:
+    async def run() -> Hits:
+        try:
+            return await call()
+        except HttpStatusError as exc:
+            if not exc.retryable:
+                raise
+            series.errors[exc.status] = series.errors.get(exc.status, 0) + 1
+            return []
+
+    return run
+
+
+async def warm_up(call: Callable[[], Awaitable[Hits]], within_s: float = 600.0) -> Hits:
+    """One call answered, retrying "retry later" answers: the first searches after a big load read the
+    vector files into the page cache, and may outlast the search deadline (504)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await call()
+        except HttpStatusError as exc:
+            if not exc.retryable or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(2.0)
 
 
 SeriesKey = tuple[str, int, str, str]  # (size class, concurrency, api, target)
@@ -92,14 +124,17 @@ async def latency(
                 order = TARGETS if r % 2 == 0 else TARGETS[::-1]
                 for name in order:
                     for api in APIS:
+                        s = out.setdefault((cls, concurrency, api, name), Series())
                         calls = [
-                            api_call(
-                                proxy, api, targets[name], texts[(r * per_round + j) % len(texts)], args.k
+                            counted(
+                                api_call(
+                                    proxy, api, targets[name], texts[(r * per_round + j) % len(texts)], args.k
+                                ),
+                                s,
                             )
                             for j in range(per_round)
                         ]
                         lat, wall, _ = await run_concurrent(calls, concurrency)
-                        s = out.setdefault((cls, concurrency, api, name), Series())
                         s.latencies += lat
                         s.wall_s += wall
                 bar.update(1)

@@ -75,6 +75,7 @@ def latency_rows(
                 "p50 ms": lat["p50_ms"],
                 "p99 ms": lat["p99_ms"],
                 "req/s": len(s.latencies) / s.wall_s if s.wall_s else None,
+                "errors": sum(s.errors.values()),
             }
         )
     for (cls, concurrency, api, target), s in series.items():
