@@ -310,7 +310,16 @@ class Node:
             return json.loads(raw) if raw else None
 
     async def delete_index(self, index: str) -> None:
-        await self.request("DELETE", f"/{index}", ok=(200, 404))
+        # A node still merging a million memories may time out the cluster-state update (503): the
+        # clean-up of an hour's run waits for it rather than losing the run's results.
+        for attempt in range(10):
+            try:
+                await self.request("DELETE", f"/{index}", ok=(200, 404))
+                return
+            except HttpStatusError as exc:
+                if not exc.retryable or attempt == 9:
+                    raise
+                await asyncio.sleep(5.0)
 
     async def bulk(self, lines: bytes) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("POST", "/_bulk", lines)
