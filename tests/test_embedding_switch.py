@@ -292,7 +292,10 @@ def test_a_migration_killed_mid_copy_resumes_from_its_checkpoint(
         http = _http(second.url)
         done = _wait(http, cid, lambda p: p["state"] == "COMPLETED", timeout=120)
         job = node.get(index="memproxy-jobs", id=task)["_source"]
-        assert job["attempts"] == 2 and "lost its lease" in done["errors"][0]
+        # At least the killed attempt and the one that finished; with a 3 s lease a busy machine may cost
+        # another lost lease (at-least-once), which must also resume, and nothing else may fail.
+        assert job["attempts"] >= 2 and done["errors"], done
+        assert all("lost its lease" in error for error in done["errors"]), done["errors"]
         # It resumed from its checkpoint (at least what was copied when it was killed), not from zero.
         assert job["result"]["resumed_from"] >= at_kill["copied"] and job["result"]["copied"] == 1200
         docs = _docs(node, _index_of(node, cid), cid)
