@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from proxy.store.client import IndexExists, OpenSearchError, Store, url
 
@@ -16,20 +18,33 @@ __all__ = ["EnsuredIndices"]
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Done:
+    """What one store has made sure of in this process, whichever owner asked."""
+
+    indices: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+# Per store, not per owner: start-up makes every private index sure once (proxy.store.private), and owners
+# built afresh per call (a GoodMemIndices in a request) then cost no further PUT.
+_DONE: WeakKeyDictionary[Store, _Done] = WeakKeyDictionary()
+
+
 class EnsuredIndices:
-    """The indices one owner (a document class of the store) has made sure of in this process."""
+    """How one owner (a document class of the store) makes its indices sure of: ``body`` gives an index's
+    template body."""
 
     def __init__(self, store: Store, body: Callable[[str], Mapping[str, Any]]) -> None:
         self.store = store
         self._body = body
-        self._done: set[str] = set()
-        self._lock = asyncio.Lock()
 
     async def ensure(self, index: str) -> None:
-        if index in self._done:
+        done = _DONE.setdefault(self.store, _Done())
+        if index in done.indices:
             return
-        async with self._lock:
-            if index in self._done:
+        async with done.lock:
+            if index in done.indices:
                 return
             body = self._body(index)
             try:
@@ -39,4 +54,4 @@ class EnsuredIndices:
                     await self.store.request("PUT", url(index, "_mapping"), body=body["mappings"])
                 except OpenSearchError as exc:
                     log.warning("could not extend the mapping of %s: %s", index, exc.message)
-            self._done.add(index)
+            done.indices.add(index)

@@ -197,17 +197,17 @@ async def _corpus(
     kind: str, args: argparse.Namespace, embedder: Any
 ) -> tuple[list[str] | None, np.ndarray, np.ndarray]:
     """(texts or None, the corpus' vectors, the query vectors: half stored ones, half fresh)."""
-    stored = np.random.default_rng(1).choice
     fresh = args.queries - args.queries // 2
+    texts: list[str] | None = None
     if kind in TEXT_CORPORA:
         texts = text_corpus(kind, args.n, args.seed)
         vectors = await embed_texts(embedder, texts)
         fresh_vectors = await embed_texts(embedder, fresh_queries(kind, fresh, args.seed))
-        picked = vectors[stored(len(vectors), args.queries // 2, replace=False)]
-        return texts, vectors, np.concatenate([picked, fresh_vectors])
-    vectors = corpus_vectors("duplicates" if kind == "duplicates" else "lowrank", args.n, args.seed)
-    picked = vectors[stored(len(vectors), args.queries // 2, replace=False)]
-    return None, vectors, np.concatenate([picked, make_vectors("lowrank", fresh, DIM, args.seed + 99)])
+    else:
+        vectors = corpus_vectors("duplicates" if kind == "duplicates" else "lowrank", args.n, args.seed)
+        fresh_vectors = make_vectors("lowrank", fresh, DIM, args.seed + 99)
+    picked = vectors[np.random.default_rng(1).choice(len(vectors), args.queries // 2, replace=False)]
+    return texts, vectors, np.concatenate([picked, fresh_vectors])
 
 
 CORPORA = ("diverse", "namespaces", "duplicates", *TEXT_CORPORA)
