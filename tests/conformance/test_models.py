@@ -86,6 +86,19 @@ class ModelSide:
                 return reply
             time.sleep(0.2)
 
+    def undeploy(self, model_id: str) -> Reply:
+        """Undeploy the model and wait until it is: ml-commons undeploys in the background, and a predict's
+        auto-deploy may still be landing, so on a busy node the next call could still find it deployed."""
+        self.deployed(model_id)
+        reply = self.call("POST", f"{ML}/models/{model_id}/_undeploy")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = self.call("GET", f"{ML}/models/{model_id}")
+            if not isinstance(got.body, dict) or got.body.get("model_state") not in {"DEPLOYED", "DEPLOYING"}:
+                break
+            time.sleep(0.2)
+        return reply
+
 
 def rekey(reply: Reply, names: dict[str, str]) -> Reply:
     """The reply with object keys that are ids renamed (an undeploy answer is keyed by model id)."""
@@ -265,10 +278,10 @@ def _connector_update_steps(ms: ModelSide, memproxy_url: str, tag: str) -> Trace
     t.add("get model after update", ms.call("GET", f"{ML}/models/{model_id}"))
     predict = {"parameters": {"input": ["The user only drinks green tea."]}}
     t.add("predict with the updated connector", ms.call("POST", f"{ML}/models/{model_id}/_predict", predict))
-    t.note(ms.call("POST", f"{ML}/models/{model_id}/_undeploy"))
+    t.note(ms.undeploy(model_id))
     t.add("update back", ms.call("PUT", at, {"parameters": {"model": EMBEDDER}}))
     t.add("predict after update back", ms.call("POST", f"{ML}/models/{model_id}/_predict", predict))
-    t.note(ms.call("POST", f"{ML}/models/{model_id}/_undeploy"))
+    t.note(ms.undeploy(model_id))
     # A model deployed on another connector: ml-commons 3.6 takes it for a user of this one.
     other = str(t.note(ms.call("POST", f"{ML}/connectors/_create", base)).body["connector_id"])
     body = {"name": f"other-{tag}", "function_name": "remote", "connector_id": other}
@@ -277,7 +290,7 @@ def _connector_update_steps(ms: ModelSide, memproxy_url: str, tag: str) -> Trace
     )
     t.note(ms.deployed(other_model))
     t.add("update while another connector's model is deployed", ms.call("PUT", at, {"description": "d3"}))
-    t.note(ms.call("POST", f"{ML}/models/{other_model}/_undeploy"))
+    t.note(ms.undeploy(other_model))
     t.note(ms.call("DELETE", f"{ML}/models/{other_model}"))
     t.note(ms.call("DELETE", f"{ML}/connectors/{other}"))
     t.note(ms.call("DELETE", f"{ML}/models/{model_id}"))
