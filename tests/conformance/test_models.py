@@ -67,37 +67,30 @@ class ModelSide:
     def task(self, task_id: str) -> Reply:
         """The task once it has finished: ml-commons may answer ``CREATED``/``RUNNING`` for a moment after
         register or deploy returned (tutorials poll it, as here)."""
-        deadline = time.monotonic() + 30
-        while True:
-            reply = self.call("GET", f"{ML}/tasks/{task_id}")
-            state = reply.body.get("state") if isinstance(reply.body, dict) else None
-            if state not in {"CREATED", "RUNNING"} or time.monotonic() > deadline:
-                return reply
-            time.sleep(0.2)
+        return self._settled(f"{ML}/tasks/{task_id}", "state", {"CREATED", "RUNNING"})
 
     def deployed(self, model_id: str) -> Reply:
         """The model once ``?deploy=true`` has deployed it (ml-commons deploys right after the register task
         completes, which may be just after register answered)."""
-        deadline = time.monotonic() + 30
-        while True:
-            reply = self.call("GET", f"{ML}/models/{model_id}")
-            state = reply.body.get("model_state") if isinstance(reply.body, dict) else None
-            if state not in {"REGISTERED", "DEPLOYING"} or time.monotonic() > deadline:
-                return reply
-            time.sleep(0.2)
+        return self._settled(f"{ML}/models/{model_id}", "model_state", {"REGISTERED", "DEPLOYING"})
 
     def undeploy(self, model_id: str) -> Reply:
         """Undeploy the model and wait until it is: ml-commons undeploys in the background, and a predict's
         auto-deploy may still be landing, so on a busy node the next call could still find it deployed."""
         self.deployed(model_id)
         reply = self.call("POST", f"{ML}/models/{model_id}/_undeploy")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            got = self.call("GET", f"{ML}/models/{model_id}")
-            if not isinstance(got.body, dict) or got.body.get("model_state") not in {"DEPLOYED", "DEPLOYING"}:
-                break
-            time.sleep(0.2)
+        self._settled(f"{ML}/models/{model_id}", "model_state", {"DEPLOYED", "DEPLOYING"})
         return reply
+
+    def _settled(self, path: str, key: str, passing: set[str]) -> Reply:
+        """``GET path`` until its ``key`` is in none of the ``passing`` states, or 30 s went by."""
+        deadline = time.monotonic() + 30
+        while True:
+            reply = self.call("GET", path)
+            state = reply.body.get(key) if isinstance(reply.body, dict) else None
+            if state not in passing or time.monotonic() > deadline:
+                return reply
+            time.sleep(0.2)
 
 
 def rekey(reply: Reply, names: dict[str, str]) -> Reply:
